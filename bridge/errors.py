@@ -1,0 +1,90 @@
+"""The bridge's exceptions, in one tree.
+
+::
+
+    BridgeError                    base; ``retriable`` says whether retrying can help
+    ├── ConfigError                invalid configuration; names the key
+    ├── ProtocolError              a malformed payload or message
+    ├── ClusterMismatch            a request carried another cluster's id
+    ├── MetaError                  the meta service (TSO + registry)
+    │   ├── MetaUnavailable        no member answered (retriable)
+    │   ├── NotLeader              this member is not the leader (retriable)
+    │   └── StoreError             the backing store failed (local files, etcd)
+    └── PumpError                  writing binlogs to pumps
+        ├── PumpUnavailable        one pump did not answer (retriable)
+        ├── PumpRejected           a pump answered with an error message
+        └── NoPumpAvailable        no pump took the binlog within the timeout
+
+Third-party exceptions (grpc, aetcd, OSError) are translated into this tree at
+the adapter that calls them, with ``raise ... from exc``. ``UserError``
+subclasses are the user's to fix: the CLI prints their message without a
+traceback.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class BridgeError(Exception):
+    """Base of every error the bridge raises on purpose."""
+
+    retriable: ClassVar[bool] = False
+
+
+class UserError(BridgeError):
+    """An error caused by input the user controls (config, flags, data)."""
+
+
+class ConfigError(UserError):
+    """A configuration file or flag is invalid. The message names the key."""
+
+
+class ProtocolError(BridgeError):
+    """A payload or message could not be decoded."""
+
+
+class ClusterMismatch(UserError):
+    """A request carried a cluster id other than this cluster's."""
+
+
+class MetaError(BridgeError):
+    """The meta service could not do what was asked."""
+
+
+class MetaUnavailable(MetaError):
+    """No meta service member answered."""
+
+    retriable = True
+
+
+class NotLeader(MetaError):
+    """The member asked is not the leader; ``leader_addr`` names it when known."""
+
+    retriable = True
+
+    def __init__(self, message: str, leader_addr: str = "") -> None:
+        super().__init__(message)
+        self.leader_addr = leader_addr
+
+
+class StoreError(MetaError):
+    """The meta service's backing store (data dir or etcd) failed."""
+
+
+class PumpError(BridgeError):
+    """Writing a binlog to the pump cluster failed."""
+
+
+class PumpUnavailable(PumpError):
+    """One pump did not answer."""
+
+    retriable = True
+
+
+class PumpRejected(PumpError):
+    """A pump answered the write with an error message."""
+
+
+class NoPumpAvailable(PumpError):
+    """No pump accepted the binlog within the configured timeout."""
