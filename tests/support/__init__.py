@@ -1,0 +1,1 @@
+"""Helpers the tests share: child processes, free ports, waiting on conditions."""
