@@ -43,13 +43,13 @@ def toml_key(field_name: str) -> str:
 def parse_duration(value: object, key: str) -> float:
     """Seconds from a number or a string like "500ms", "3s", "10m", "1h", "7d"."""
     if isinstance(value, bool):
-        raise ConfigError(f"{key}: expected a duration such as \"3s\", got {value!r}")
+        raise ConfigError(f'{key}: expected a duration such as "3s", got {value!r}')
     if isinstance(value, int | float):
         seconds = float(value)
     elif isinstance(value, str) and (m := _DURATION_RE.match(value)):
         seconds = float(m.group(1)) * _DURATION_UNITS[m.group(2)]
     else:
-        raise ConfigError(f"{key}: expected a duration such as \"3s\" or \"500ms\", got {value!r}")
+        raise ConfigError(f'{key}: expected a duration such as "3s" or "500ms", got {value!r}')
     if seconds < 0:
         raise ConfigError(f"{key}: a duration cannot be negative, got {value!r}")
     return seconds
@@ -109,7 +109,7 @@ def build(cls: type[T], data: Mapping[str, Any], prefix: str = "") -> T:
     if unknown:
         key = unknown[0]
         near = difflib.get_close_matches(key, list(fields), n=1)
-        hint = f" (did you mean {prefix}{near[0]!r}?)" if near else ""
+        hint = f" (did you mean '{prefix}{near[0]}'?)" if near else ""
         raise ConfigError(f"{prefix}{key}: unknown key{hint}")
     kwargs: dict[str, Any] = {}
     for key, value in data.items():

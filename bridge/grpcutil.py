@@ -61,7 +61,9 @@ def server_credentials(security: SecurityConfig) -> grpc.ServerCredentials | Non
     if key is None or cert is None:
         raise ConfigError("security: a TLS server needs ssl-cert and ssl-key")
     ca = _read(security.ssl_ca)
-    return grpc.ssl_server_credentials([(key, cert)], root_certificates=ca, require_client_auth=ca is not None)
+    return grpc.ssl_server_credentials(
+        [(key, cert)], root_certificates=ca, require_client_auth=ca is not None
+    )
 
 
 def channel_credentials(security: SecurityConfig) -> grpc.ChannelCredentials | None:
@@ -88,9 +90,7 @@ def aio_channel(
 def add_port(server: grpc.aio.Server, addr: str, security: SecurityConfig | None = None) -> int:
     """Bind ``addr``; returns the port actually bound (for port 0)."""
     creds = server_credentials(security) if security else None
-    port: int = (
-        server.add_insecure_port(addr) if creds is None else server.add_secure_port(addr, creds)
-    )
+    port: int = server.add_insecure_port(addr) if creds is None else server.add_secure_port(addr, creds)
     if port == 0:
         raise ConfigError(f"cannot listen on {addr}: address in use or not available")
     return port
