@@ -155,7 +155,7 @@ class Index(_message.Message):
     def __init__(self, name: _Optional[str] = ..., primary: _Optional[bool] = ..., unique: _Optional[bool] = ..., columns: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class TableSchema(_message.Message):
-    __slots__ = ("table_id", "db", "table", "columns", "indexes", "charset", "collation")
+    __slots__ = ("table_id", "db", "table", "columns", "indexes", "charset", "collation", "max_column_id")
     TABLE_ID_FIELD_NUMBER: _ClassVar[int]
     DB_FIELD_NUMBER: _ClassVar[int]
     TABLE_FIELD_NUMBER: _ClassVar[int]
@@ -163,6 +163,7 @@ class TableSchema(_message.Message):
     INDEXES_FIELD_NUMBER: _ClassVar[int]
     CHARSET_FIELD_NUMBER: _ClassVar[int]
     COLLATION_FIELD_NUMBER: _ClassVar[int]
+    MAX_COLUMN_ID_FIELD_NUMBER: _ClassVar[int]
     table_id: int
     db: str
     table: str
@@ -170,7 +171,8 @@ class TableSchema(_message.Message):
     indexes: _containers.RepeatedCompositeFieldContainer[Index]
     charset: str
     collation: str
-    def __init__(self, table_id: _Optional[int] = ..., db: _Optional[str] = ..., table: _Optional[str] = ..., columns: _Optional[_Iterable[_Union[Column, _Mapping]]] = ..., indexes: _Optional[_Iterable[_Union[Index, _Mapping]]] = ..., charset: _Optional[str] = ..., collation: _Optional[str] = ...) -> None: ...
+    max_column_id: int
+    def __init__(self, table_id: _Optional[int] = ..., db: _Optional[str] = ..., table: _Optional[str] = ..., columns: _Optional[_Iterable[_Union[Column, _Mapping]]] = ..., indexes: _Optional[_Iterable[_Union[Index, _Mapping]]] = ..., charset: _Optional[str] = ..., collation: _Optional[str] = ..., max_column_id: _Optional[int] = ...) -> None: ...
 
 class SchemaChange(_message.Message):
     __slots__ = ("kind", "db", "table", "table_schema", "old_db", "old_table")
