@@ -1,0 +1,136 @@
+#!/usr/bin/env python3
+"""Write docs/configuration.md from the config dataclasses.
+
+Usage: python scripts/gen_config_docs.py [--check]
+
+Every key of every service's configuration is documented from the dataclass
+that validates it (its default and its ``help`` metadata), so the reference
+cannot drift from the code; ``--check`` fails when the file is stale (a test
+runs it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import sys
+import typing
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+OUTPUT = ROOT / "docs" / "configuration.md"
+
+# (title, "module:Class", where the keys live, intro)
+SECTIONS: list[tuple[str, str, str, str]] = [
+    (
+        "binlog-bridge meta",
+        "bridge.meta.config:MetaConfig",
+        "`binlog-bridge meta --config meta.toml`; flags override the file",
+        "The timestamp oracle and node registry. Example: [examples/meta.toml](examples/meta.toml), "
+        "[examples/meta-etcd.toml](examples/meta-etcd.toml).",
+    ),
+    (
+        "Pump client (producers)",
+        "bridge.pumpclient.config:PumpClientConfig",
+        "a `[pump-client]` table in a producer's TOML, or `PumpClientConfig(...)` in code",
+        "How a producer routes, retries, probes and batches binlogs. "
+        "Example: [examples/pump-client.toml](examples/pump-client.toml).",
+    ),
+]
+
+HEADER = """# Configuration reference
+
+Generated from the configuration classes by `python scripts/gen_config_docs.py`;
+do not edit by hand. Every service reads one TOML file; keys are written with
+dashes (`data-dir`), tables group related keys (`[tso]`), and an unknown key or
+an invalid value stops the service at start with a message naming the key.
+
+Durations are a number of seconds or a string with a unit: `"500ms"`, `"3s"`,
+`"10m"`, `"1h"`, `"7d"`. Keys marked *secret* are never logged.
+"""
+
+
+def _type_name(tp: Any, field: dataclasses.Field[Any]) -> str:
+    if field.metadata.get("duration"):
+        return "duration"
+    origin = typing.get_origin(tp)
+    if origin is typing.Literal:
+        return " \\| ".join(f"`{v}`" for v in typing.get_args(tp))
+    if origin is list:
+        return f"list of {_type_name(typing.get_args(tp)[0], field)}"
+    return {str: "string", int: "integer", float: "number", bool: "boolean"}.get(tp, str(tp))
+
+
+def _default(field: dataclasses.Field[Any]) -> str:
+    if field.default is not dataclasses.MISSING:
+        value = field.default
+    elif field.default_factory is not dataclasses.MISSING:
+        value = field.default_factory()
+    else:
+        return "required"
+    if field.metadata.get("duration"):
+        return f"`{value:g}s`"
+    if isinstance(value, str):
+        return f'`"{value}"`'
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
+    return f"`{value!r}`"
+
+
+def _rows(cls: type[Any], prefix: str) -> tuple[list[str], list[tuple[str, type[Any]]]]:
+    rows, tables = [], []
+    hints = typing.get_type_hints(cls)
+    for field in dataclasses.fields(cls):
+        key = field.name.replace("_", "-")
+        tp = hints[field.name]
+        if dataclasses.is_dataclass(tp):
+            tables.append((f"{prefix}{key}", tp))
+            continue
+        help_text = field.metadata.get("help", "")
+        if field.metadata.get("secret"):
+            help_text += " *(secret)*"
+        rows.append(f"| `{key}` | {_type_name(tp, field)} | {_default(field)} | {help_text} |")
+    return rows, tables
+
+
+def _table(cls: type[Any], prefix: str = "") -> list[str]:
+    rows, tables = _rows(cls, prefix)
+    out: list[str] = []
+    if rows:
+        out += ["| key | type | default | meaning |", "|---|---|---|---|", *rows, ""]
+    for name, sub in tables:
+        doc = (sub.__doc__ or "").strip().splitlines()[0] if sub.__doc__ else ""
+        out += [f"#### `[{name}]`", "", doc, "", *_table(sub, f"{name}.")]
+    return out
+
+
+def render() -> str:
+    out = [HEADER]
+    for title, target, where, intro in SECTIONS:
+        module, _, name = target.partition(":")
+        cls = getattr(importlib.import_module(module), name)
+        out += [f"## {title}", "", intro, "", f"Where: {where}.", "", *_table(cls)]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description="write docs/configuration.md")
+    parser.add_argument("--check", action="store_true", help="fail if docs/configuration.md is stale")
+    args = parser.parse_args()
+    text = render()
+    if args.check:
+        if not OUTPUT.exists() or OUTPUT.read_text() != text:
+            print("docs/configuration.md is stale; run: python scripts/gen_config_docs.py", file=sys.stderr)
+            return 1
+        print("docs/configuration.md is up to date")
+        return 0
+    OUTPUT.write_text(text)
+    print(f"wrote {OUTPUT.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
