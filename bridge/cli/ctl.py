@@ -1,0 +1,94 @@
+"""``binlog-bridge ctl``: ask the meta service for timestamps, nodes and status."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from typing import Any
+
+from bridge.grpcutil import SecurityConfig
+from bridge.meta.client import MetaClient
+from bridge.meta.config import DEFAULT_ADDR
+from bridge.meta.store import KIND_NAMES, STATE_NAMES
+from bridge.proto import meta_pb2
+from bridge.tso import to_datetime
+
+KIND_CHOICES = {name: kind for kind, name in KIND_NAMES.items()}
+NODE_COLUMNS = (
+    "KIND",
+    "NODE ID",
+    "ADDR",
+    "STATE",
+    "ALIVE",
+    "SCORE",
+    "LABEL",
+    "MAX COMMIT TS",
+    "LAST HEARTBEAT",
+)
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "ctl", help="inspect the cluster: timestamps, nodes, meta status", description=__doc__
+    )
+    parser.add_argument(
+        "--meta", default=DEFAULT_ADDR, help=f"meta members host:port[,host:port] (default {DEFAULT_ADDR})"
+    )
+    parser.add_argument("--timeout", type=float, default=5.0, help="seconds to find the leader (default 5)")
+    parser.add_argument("--ssl-ca", default="", help="CA bundle for TLS to the meta service")
+    parser.add_argument("--ssl-cert", default="", help="client certificate for TLS")
+    parser.add_argument("--ssl-key", default="", help="client private key for TLS")
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    actions.add_parser("tso", help="print one fresh timestamp")
+    nodes = actions.add_parser("nodes", help="list registered pumps and drainers")
+    nodes.add_argument("--kind", choices=sorted(KIND_CHOICES), help="only this kind of node")
+    actions.add_parser("status", help="show the meta member answering, the leader and the cluster id")
+    parser.set_defaults(func=run)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    security = SecurityConfig(ssl_ca=args.ssl_ca, ssl_cert=args.ssl_cert, ssl_key=args.ssl_key)
+    security.validate()
+    return asyncio.run(_run(args, security))
+
+
+async def _run(args: argparse.Namespace, security: SecurityConfig) -> int:
+    async with MetaClient(args.meta, security, timeout=args.timeout) as client:
+        if args.action == "tso":
+            print(await client.get_timestamp())
+        elif args.action == "nodes":
+            kind = KIND_CHOICES[args.kind] if args.kind else meta_pb2.NODE_KIND_UNSPECIFIED
+            response = await client.list_nodes(kind)
+            for error in response.errors:
+                print(f"warning: {error}", file=sys.stderr)
+            print_table([node_row(n) for n in response.nodes])
+        else:
+            status = await client.status()
+            print(f"member:     {status.member_id}")
+            print(f"leader:     {'yes' if status.is_leader else 'no'} ({status.leader_addr or 'unknown'})")
+            print(f"backend:    {status.backend}")
+            print(f"cluster id: {status.cluster_id}")
+    return 0
+
+
+def node_row(node: meta_pb2.NodeStatus) -> tuple[str, ...]:
+    heartbeat = to_datetime(node.update_ts).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] if node.update_ts else "-"
+    return (
+        KIND_NAMES.get(node.kind, "?"),
+        node.node_id,
+        node.addr,
+        STATE_NAMES.get(node.state, "?"),
+        "yes" if node.is_alive else "no",
+        str(node.score),
+        node.label or "-",
+        str(node.max_commit_ts),
+        heartbeat,
+    )
+
+
+def print_table(rows: list[tuple[str, ...]]) -> None:
+    widths = [max(len(c) for c in column) for column in zip(NODE_COLUMNS, *rows, strict=False)]
+    for row in (NODE_COLUMNS, *rows):
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())

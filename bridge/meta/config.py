@@ -1,0 +1,140 @@
+"""Configuration of ``binlog-bridge meta``: one TOML file, flags on top.
+
+::
+
+    addr = "127.0.0.1:8248"          # gRPC listen address
+    advertise-addr = ""              # what other members and clients dial; default = addr
+    data-dir = "./var/meta"          # local backend only
+    name = ""                        # member id; default "meta-<advertise-addr>"
+    etcd = ""                        # "http://h:p,http://h:p"; empty = local backend
+    etcd-prefix = "/binlog-bridge/v1"
+    election-ttl = "3s"              # leader lease; a dead leader is replaced after about this
+    status-addr = ""                 # Prometheus metrics over HTTP; empty = off; "9100" = 127.0.0.1:9100
+
+    [tso]
+    save-interval = "3s"             # the window persisted ahead of handed-out timestamps
+
+    [security]                       # TLS, see bridge.grpcutil.SecurityConfig
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+from bridge.config import check_addr
+from bridge.errors import ConfigError
+from bridge.grpcutil import SecurityConfig
+
+DEFAULT_ADDR = "127.0.0.1:8248"
+DEFAULT_PREFIX = "/binlog-bridge/v1"
+WILDCARD_HOSTS = {"0.0.0.0", "::", ""}  # noqa: S104 - names listen-everywhere hosts, binds nothing
+
+
+@dataclass
+class TsoConfig:
+    """``[tso]``."""
+
+    save_interval: float = field(
+        default=3.0,
+        metadata={"duration": True, "help": "time window persisted ahead of the timestamps handed out"},
+    )
+
+    def validate(self) -> None:
+        if not 0.05 <= self.save_interval <= 3600:
+            raise ConfigError(f"tso.save-interval: expected 50ms..1h, got {self.save_interval:g}s")
+
+
+@dataclass
+class MetaConfig:
+    """The meta service: timestamp oracle and node registry."""
+
+    addr: str = field(default=DEFAULT_ADDR, metadata={"help": "gRPC listen address host:port"})
+    advertise_addr: str = field(
+        default="", metadata={"help": "address clients and members dial; default addr"}
+    )
+    data_dir: str = field(default="./var/meta", metadata={"help": "local backend: where state is kept"})
+    name: str = field(default="", metadata={"help": "member id; default meta-<advertise-addr>"})
+    etcd: str = field(
+        default="", metadata={"help": "etcd client URLs, comma-separated; empty = local backend"}
+    )
+    etcd_prefix: str = field(default=DEFAULT_PREFIX, metadata={"help": "key prefix in etcd"})
+    election_ttl: float = field(
+        default=3.0, metadata={"duration": True, "help": "leader lease TTL (whole seconds, at least 1s)"}
+    )
+    status_addr: str = field(default="", metadata={"help": "HTTP metrics address; empty = off"})
+    tso: TsoConfig = field(default_factory=TsoConfig)
+    security: SecurityConfig = field(default_factory=SecurityConfig)
+
+    def validate(self) -> None:
+        host, _ = check_addr(self.addr, "addr")
+        if self.advertise_addr:
+            adv_host, adv_port = check_addr(self.advertise_addr, "advertise-addr")
+            if adv_host in WILDCARD_HOSTS or adv_port == 0:
+                raise ConfigError(
+                    f"advertise-addr: must name a reachable host and port, got {self.advertise_addr!r}"
+                )
+        elif self.etcd and host in WILDCARD_HOSTS:
+            raise ConfigError(
+                f"advertise-addr: required with etcd when addr listens on {host or 'all hosts'}"
+            )
+        if self.status_addr:
+            self.status_listen()
+        if not self.data_dir and not self.etcd:
+            raise ConfigError("data-dir: must not be empty with the local backend")
+        self.etcd_urls()
+        if not self.etcd_prefix.startswith("/") or self.etcd_prefix.endswith("/") or " " in self.etcd_prefix:
+            raise ConfigError(
+                f"etcd-prefix: expected a path like {DEFAULT_PREFIX!r}, got {self.etcd_prefix!r}"
+            )
+        if not 1 <= self.election_ttl <= 600:
+            raise ConfigError(f"election-ttl: expected 1s..10m, got {self.election_ttl:g}s")
+        if any(c.isspace() for c in self.name):
+            raise ConfigError(f"name: must not contain spaces, got {self.name!r}")
+
+    @property
+    def backend(self) -> str:
+        return "etcd" if self.etcd else "local"
+
+    def etcd_urls(self) -> list[tuple[str, int]]:
+        """``(host, port)`` of each URL in ``etcd``; the error names the key."""
+        out: list[tuple[str, int]] = []
+        for raw in (u.strip() for u in self.etcd.split(",")):
+            if not raw:
+                continue
+            url = urlsplit(raw if "://" in raw else f"http://{raw}")
+            if url.scheme != "http":
+                raise ConfigError(f"etcd: only http:// URLs are supported by the etcd client, got {raw!r}")
+            try:
+                port = url.port
+            except ValueError:
+                port = None
+            if not url.hostname or port is None or url.path not in ("", "/"):
+                raise ConfigError(f"etcd: expected URLs like http://127.0.0.1:2379, got {raw!r}")
+            out.append((url.hostname, port))
+        if self.etcd and not out:
+            raise ConfigError(f"etcd: expected URLs like http://127.0.0.1:2379, got {self.etcd!r}")
+        return out
+
+    def status_listen(self) -> tuple[str, int]:
+        """Where the metrics HTTP server listens: ``"9100"`` and ``":9100"`` mean 127.0.0.1."""
+        value = self.status_addr.strip()
+        if value.isdigit():
+            value = f"127.0.0.1:{value}"
+        elif value.startswith(":"):
+            value = f"127.0.0.1{value}"
+        return check_addr(value, "status-addr")
+
+    def advertise(self, bound_port: int | None = None) -> str:
+        """The address others dial; with ``addr`` on port 0, the port actually bound."""
+        if self.advertise_addr:
+            return self.advertise_addr
+        host, port = check_addr(self.addr, "addr")
+        if bound_port is not None and port == 0:
+            port = bound_port
+        if ":" in host:
+            return f"[{host}]:{port}"
+        return f"{host}:{port}"
+
+    def member_name(self, bound_port: int | None = None) -> str:
+        return self.name or f"meta-{self.advertise(bound_port)}"

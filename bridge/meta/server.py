@@ -1,0 +1,184 @@
+"""The Meta gRPC service and the server process around one member.
+
+Only the leader answers GetTimestamps, Heartbeat and ListNodes. A follower
+fails them with ``UNAVAILABLE`` and the leader's advertise address (empty
+when unknown) in the ``x-bridge-leader`` trailing metadata; GetStatus answers
+everywhere. Errors map to status codes at this one boundary:
+
+- :class:`NotLeader` → ``UNAVAILABLE`` + ``x-bridge-leader``
+- :class:`ClusterMismatch` → ``FAILED_PRECONDITION``
+- :class:`ProtocolError` → ``INVALID_ARGUMENT``
+- other :class:`MetaError` (a failing store) → ``UNAVAILABLE`` without leader metadata
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, NoReturn
+from wsgiref.simple_server import WSGIServer
+
+import grpc
+from prometheus_client import start_http_server
+
+from bridge.errors import BridgeError, ClusterMismatch, ConfigError, NotLeader, ProtocolError
+from bridge.grpcutil import add_port, channel_options
+from bridge.meta.client import LEADER_METADATA_KEY
+from bridge.meta.config import MetaConfig
+from bridge.meta.etcd_store import EtcdStore
+from bridge.meta.local_store import LocalStore
+from bridge.meta.member import MetaMember
+from bridge.meta.metrics import member_registry
+from bridge.meta.store import MetaStore
+from bridge.proto import meta_pb2, meta_pb2_grpc
+from bridge.tso import MAX_LOGICAL
+
+log = logging.getLogger(__name__)
+
+MAX_WAIT_MS = 60_000  # longest ListNodes long poll
+
+
+class MetaService(meta_pb2_grpc.MetaServicer):
+    """gRPC methods of one member."""
+
+    def __init__(self, member: MetaMember) -> None:
+        self._member = member
+
+    async def _abort(self, context: Any, exc: BridgeError) -> NoReturn:
+        if isinstance(exc, NotLeader):
+            leader = self._member.leader_addr() if not self._member.is_leader else ""
+            await context.abort(
+                grpc.StatusCode.UNAVAILABLE,
+                f"not the meta leader; leader is {leader or 'unknown'}",
+                trailing_metadata=((LEADER_METADATA_KEY, leader),),
+            )
+        if isinstance(exc, ClusterMismatch):
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        if isinstance(exc, ProtocolError):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        log.warning("meta request failed: %s", exc)
+        await context.abort(grpc.StatusCode.UNAVAILABLE, f"meta store failed: {exc}")
+        raise AssertionError("context.abort returned")  # grpc raises; keeps NoReturn honest
+
+    async def GetTimestamps(self, request: meta_pb2.TsoRequest, context: Any) -> meta_pb2.TsoResponse:
+        count = request.count or 1
+        try:
+            if count > MAX_LOGICAL:
+                raise ProtocolError(f"count must be 1..{MAX_LOGICAL}, got {count}")
+            first = await self._member.oracle.allocate(count)
+        except BridgeError as exc:
+            await self._abort(context, exc)
+        return meta_pb2.TsoResponse(first=first, count=count)
+
+    async def Heartbeat(self, request: meta_pb2.HeartbeatRequest, context: Any) -> meta_pb2.HeartbeatResponse:
+        member = self._member
+        try:
+            if not member.is_leader:
+                raise NotLeader("not the leader")
+            if request.cluster_id and request.cluster_id != member.cluster_id:
+                raise ClusterMismatch(
+                    f"node {request.status.node_id!r} sent cluster id {request.cluster_id}, "
+                    f"but this meta service serves cluster {member.cluster_id}"
+                )
+            update_ts = await member.registry.heartbeat(request.status)
+        except BridgeError as exc:
+            await self._abort(context, exc)
+        return meta_pb2.HeartbeatResponse(update_ts=update_ts)
+
+    async def ListNodes(self, request: meta_pb2.ListNodesRequest, context: Any) -> meta_pb2.ListNodesResponse:
+        registry = self._member.registry
+        try:
+            if request.kind not in (meta_pb2.NODE_KIND_UNSPECIFIED, meta_pb2.PUMP, meta_pb2.DRAINER):
+                raise ProtocolError(f"unknown node kind {request.kind}")
+            if request.wait_revision and request.wait_ms:
+                wait_s = min(request.wait_ms, MAX_WAIT_MS) / 1000
+                await registry.wait_for_change(request.wait_revision, wait_s)
+            return registry.list_nodes(request.kind)
+        except BridgeError as exc:
+            await self._abort(context, exc)
+
+    async def GetStatus(self, request: meta_pb2.StatusRequest, context: Any) -> meta_pb2.StatusResponse:
+        member = self._member
+        return meta_pb2.StatusResponse(
+            cluster_id=member.cluster_id,
+            member_id=member.member_id,
+            is_leader=member.is_leader,
+            leader_addr=member.leader_addr(),
+            backend=member.backend,
+        )
+
+
+def make_store(config: MetaConfig, member_id: str, advertise: str) -> MetaStore:
+    if config.etcd:
+        return EtcdStore(config.etcd_urls(), config.etcd_prefix, member_id, advertise, config.election_ttl)
+    return LocalStore(config.data_dir, advertise)
+
+
+class MetaServer:
+    """A meta member behind its gRPC server (and metrics HTTP server when configured)."""
+
+    def __init__(self, config: MetaConfig) -> None:
+        self.config = config
+        self.member: MetaMember | None = None
+        self.advertise = ""
+        self._server: Any = None
+        self._http: tuple[WSGIServer, threading.Thread] | None = None
+
+    async def start(self) -> None:
+        """Bind, open the store, make a first leadership attempt, then serve."""
+        config = self.config
+        server = grpc.aio.server(options=channel_options())
+        port = add_port(server, config.addr, config.security)
+        self.advertise = config.advertise(port)
+        member = MetaMember(
+            make_store(config, config.member_name(port), self.advertise),
+            config.member_name(port),
+            save_interval_ms=max(1, round(config.tso.save_interval * 1000)),
+        )
+        try:
+            await member.start()
+        except BaseException:
+            await server.stop(None)
+            raise
+        meta_pb2_grpc.add_MetaServicer_to_server(MetaService(member), server)  # type: ignore[no-untyped-call]
+        await server.start()
+        self._server, self.member = server, member
+        if config.status_addr:
+            self._start_http(member)
+
+    def _start_http(self, member: MetaMember) -> None:
+        host, port = self.config.status_listen()
+        security = self.config.security
+        try:
+            self._http = start_http_server(
+                port,
+                host,
+                registry=member_registry(member),
+                certfile=security.ssl_cert or None,
+                keyfile=security.ssl_key or None,
+            )
+        except OSError as exc:
+            raise ConfigError(f"status-addr: cannot listen on {host}:{port}: {exc.strerror}") from exc
+        log.info("metrics on http://%s:%d/metrics", host, port)
+
+    def ready_line(self) -> str:
+        member = self.member
+        assert member is not None
+        return (
+            f"meta ready: addr={self.advertise} backend={member.backend} "
+            f"cluster_id={member.cluster_id} leader={'yes' if member.is_leader else 'no'}"
+        )
+
+    async def stop(self, grace: float = 1.0) -> None:
+        if self._http is not None:
+            httpd, thread = self._http
+            httpd.shutdown()
+            httpd.server_close()
+            thread.join(timeout=5)
+            self._http = None
+        if self._server is not None:
+            await self._server.stop(grace)
+            self._server = None
+        if self.member is not None:
+            await self.member.stop()
+            self.member = None
