@@ -139,7 +139,9 @@ def _decode_date(wire: row_pb2.DateTime) -> date | MySQLDate:
         raise ValueError("a DATE value carries a time of day")
     try:
         return date(wire.year, wire.month, wire.day)
-    except ValueError:
+    except ValueError as exc:
+        if wire.year and wire.month and wire.day:
+            raise ValueError(f"{wire.year:04d}-{wire.month:02d}-{wire.day:02d}: {exc}") from None
         return MySQLDate(wire.year, wire.month, wire.day)
 
 
@@ -162,7 +164,9 @@ def _decode_datetime(wire: row_pb2.DateTime) -> datetime | MySQLDateTime:
     fields = (wire.year, wire.month, wire.day, wire.hour, wire.minute, wire.second, wire.microsecond)
     try:
         return datetime(*fields)
-    except ValueError:
+    except ValueError as exc:
+        if wire.year and wire.month and wire.day:
+            raise ValueError(f"{fields}: {exc}") from None
         return MySQLDateTime(*fields)
 
 
