@@ -145,7 +145,9 @@ class RowCodec:
         except DecodeError as exc:
             raise ProtocolError(f"table {self._table}: row image is not a bridge.row.Row: {exc}") from None
         datums: Sequence[Any] = row.values
-        if row.column_ids != self._ids:
+        # Rows this codec wrote start with its column_ids header; comparing bytes
+        # is cheaper than comparing the parsed ids.
+        if not (data.startswith(self._header) and len(row.column_ids) == len(self._ids)):
             datums = self._in_schema_order(row)
         elif len(datums) != len(self._ids):
             raise ProtocolError(f"table {self._table}: row has {len(datums)} values for {len(self._ids)} ids")

@@ -528,3 +528,11 @@ def test_the_codec_validates_its_schema() -> None:
 
     with pytest.raises(SchemaError, match="no known type"):
         codec_for(T.COLUMN_TYPE_UNSPECIFIED)
+
+
+def test_decode_reads_ids_however_they_are_encoded() -> None:
+    codec = codec_for(T.BIGINT)
+    value = row_pb2.Row(values=[int_datum(5)]).SerializeToString()
+    assert codec.decode(b"\x08\x01" + value) == (5,)  # column_ids unpacked: still id 1
+    with pytest.raises(ProtocolError, match="row has 1 values for 2 ids"):
+        codec.decode(codec.encode([5]) + b"\x0a\x01\x02")  # a second packed run appends id 2
