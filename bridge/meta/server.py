@@ -127,8 +127,13 @@ class MetaServer:
     async def start(self) -> None:
         """Bind, open the store, make a first leadership attempt, then serve."""
         config = self.config
-        server = grpc.aio.server(options=channel_options())
-        port = add_port(server, config.addr, config.security)
+        # No SO_REUSEPORT: a second meta on the same address must fail, not share it.
+        server = grpc.aio.server(options=[*channel_options(), ("grpc.so_reuseport", 0)])
+        try:
+            port = add_port(server, config.addr, config.security)
+        except RuntimeError as exc:  # grpc's way of saying the bind failed
+            message = f"addr: cannot listen on {config.addr}: address in use or not available"
+            raise ConfigError(message) from exc
         self.advertise = config.advertise(port)
         member = MetaMember(
             make_store(config, config.member_name(port), self.advertise),
