@@ -1,0 +1,246 @@
+"""``AsyncPumpsClient``: writes each transaction's binlogs to the pump cluster.
+
+The routing contract, which the synchronous :class:`~bridge.pumpclient.PumpsClient`
+shares because it runs this code:
+
+- A **Prewrite** (and a PreDDL/PostDDL) goes to the pump the strategy picks.
+  If that pump fails, the next available pumps are tried at once; after a
+  round in which every pump failed, the client pauses (``retry-backoff``,
+  doubling up to ``retry-backoff-max``) and tries again, pumps on the
+  unavailable list included, until ``write-timeout``. Then it raises
+  :class:`NoPumpAvailable` naming every pump tried and its last error. A
+  Prewrite that returned is durable on exactly the pump remembered for it.
+- A **Commit** or **Rollback** goes to the pump that took the Prewrite of the
+  same start_ts, retried there until ``write-timeout``. If it still fails the
+  call returns normally: the upstream transaction is already decided, and
+  that pump's lost-commit resolver settles the transaction after
+  ``max_txn_timeout``. The loss is logged and counted in
+  ``bridge_pump_client_commit_unsent_total``. A Commit whose Prewrite this
+  client does not know (another process wrote it, or the route was evicted)
+  is routed like a Prewrite.
+- A binlog the pump itself refuses (its errmsg, e.g. malformed) raises
+  :class:`PumpRejected` and is not offered to other pumps.
+
+A pump call that times out is ambiguous: the pump may have stored the
+binlog. Retrying such a Prewrite elsewhere can leave a copy on the first
+pump; its Commit goes to the pump remembered last.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from types import TracebackType
+
+from bridge.errors import NoPumpAvailable, PumpUnavailable
+from bridge.meta.client import MetaClient
+from bridge.proto import binlog_pb2
+from bridge.pumpclient import metrics
+from bridge.pumpclient.config import PumpClientConfig
+from bridge.pumpclient.discovery import RegistryWatcher, probe_forever
+from bridge.pumpclient.node import PumpNode
+from bridge.pumpclient.pool import PumpPool
+from bridge.pumpclient.routes import PrewriteRoutes
+
+log = logging.getLogger(__name__)
+
+_SECOND_PHASE = frozenset({binlog_pb2.Commit, binlog_pb2.Rollback})
+# The metrics label of each binlog type: "prewrite", "commit", ...
+_KINDS = {value: name.lower() for name, value in binlog_pb2.BinlogType.items()}
+
+
+class _Attempts:
+    """Deadline, backoff and the last error of each pump tried, for one binlog."""
+
+    def __init__(self, config: PumpClientConfig) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._config = config
+        self.deadline = self._loop.time() + config.write_timeout
+        self._backoff = config.retry_backoff
+        self.errors: dict[str, str] = {}
+
+    def remaining(self) -> float:
+        return self.deadline - self._loop.time()
+
+    def failed(self, node: PumpNode, exc: PumpUnavailable) -> None:
+        self.errors[node.label] = str(exc)
+
+    async def pause(self) -> bool:
+        """Sleep before the next round; False when the deadline has passed."""
+        remaining = self.remaining()
+        if remaining <= 0:
+            return False
+        await asyncio.sleep(min(self._backoff, remaining))
+        self._backoff = min(self._backoff * 2, self._config.retry_backoff_max)
+        return self.remaining() > 0
+
+    def summary(self) -> str:
+        if not self.errors:
+            return "no pump is online and alive in the registry"
+        return "; ".join(f"{label}: {error}" for label, error in self.errors.items())
+
+
+class AsyncPumpsClient:
+    """Routes binlogs to pumps found in the meta service's registry.
+
+    Use ``async with AsyncPumpsClient(meta_addrs, config) as client`` or call
+    :meth:`start` and :meth:`close`. Safe for any number of concurrent
+    :meth:`write_binlog` calls on the event loop that started it; their
+    binlogs leave for each pump together in batched ``WriteBinlogs`` calls.
+    """
+
+    def __init__(self, meta_addrs: str | Sequence[str], config: PumpClientConfig | None = None) -> None:
+        self.config = config if config is not None else PumpClientConfig()
+        self.config.validate()
+        self._meta_addrs = meta_addrs
+        self._meta: MetaClient | None = None
+        self._pool: PumpPool | None = None
+        self._routes = PrewriteRoutes(self.config.max_pending_txns)
+        self._tasks: list[asyncio.Task[None]] = []
+        self.cluster_id = 0
+
+    async def __aenter__(self) -> AsyncPumpsClient:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        """Ask the meta service for the cluster id and the pumps; start watching and probing.
+
+        Raises MetaError (MetaUnavailable...) when the meta service cannot answer.
+        """
+        if self._pool is not None:
+            raise RuntimeError("the pump client is already started")
+        meta = MetaClient(self._meta_addrs, security=self.config.security)
+        try:
+            self.cluster_id = self.config.cluster_id or await meta.cluster_id()
+            pool = PumpPool(self.config, self.cluster_id)
+            watcher = RegistryWatcher(meta, pool, self.config.discovery_wait)
+            await watcher.load()
+        except BaseException:
+            await meta.close()
+            raise
+        self._meta, self._pool = meta, pool
+        self._tasks = [
+            asyncio.create_task(watcher.run(), name="pump-registry-watch"),
+            asyncio.create_task(probe_forever(pool, self.config.probe_interval), name="pump-probe"),
+        ]
+        log.info(
+            "pump client started: cluster %d, strategy %s, available pumps: %s",
+            self.cluster_id,
+            self.config.strategy,
+            ", ".join(self.available) or "none",
+        )
+
+    async def close(self) -> None:
+        """Stop watching and probing, let queued binlogs leave, close every channel."""
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
+        meta, self._meta = self._meta, None
+        if meta is not None:
+            await meta.close()
+
+    @property
+    def available(self) -> list[str]:
+        """Node ids of the pumps that take Prewrites now."""
+        pool = self._pool  # read once: other threads may call this while close() runs
+        return [n.node_id for n in pool.available] if pool else []
+
+    @property
+    def unavailable(self) -> list[str]:
+        """Node ids of the pumps being probed."""
+        pool = self._pool
+        return [n.node_id for n in pool.unavailable] if pool else []
+
+    async def get_timestamps(self, count: int = 1) -> int:
+        """Allocate ``count`` consecutive timestamps from the meta service's TSO; returns the first."""
+        if self._meta is None:
+            raise RuntimeError("the pump client is not started (use start() or 'async with')")
+        return await self._meta.get_timestamps(count)
+
+    async def get_timestamp(self) -> int:
+        """One fresh timestamp (a start_ts or commit_ts) from the meta service's TSO."""
+        return await self.get_timestamps(1)
+
+    async def write_binlog(self, binlog: binlog_pb2.Binlog) -> None:
+        """Write one binlog; see the module docstring for routing and failures.
+
+        Raises NoPumpAvailable (Prewrite only) and PumpRejected.
+        """
+        if self._pool is None:
+            raise RuntimeError("the pump client is not started (use start() or 'async with')")
+        started = time.perf_counter()
+        kind = _KINDS[binlog.tp]
+        payload = binlog.SerializeToString()
+        if binlog.tp in _SECOND_PHASE:
+            await self._write_second_phase(self._pool, binlog.start_ts, payload, kind)
+        else:
+            await self._write_first_phase(self._pool, binlog, payload, kind)
+        metrics.write_seconds(kind).observe(time.perf_counter() - started)
+
+    async def _write_first_phase(
+        self, pool: PumpPool, binlog: binlog_pb2.Binlog, payload: bytes, kind: str
+    ) -> None:
+        attempts = _Attempts(self.config)
+        while True:
+            for node in pool.prewrite_candidates(binlog.start_ts):
+                remaining = attempts.remaining()
+                if remaining <= 0:
+                    break
+                try:
+                    await node.write(payload, kind, remaining)
+                except PumpUnavailable as exc:
+                    attempts.failed(node, exc)
+                    continue
+                if binlog.tp == binlog_pb2.Prewrite:
+                    self._routes.remember(binlog.start_ts, node.node_id)
+                return
+            if not await attempts.pause():
+                raise NoPumpAvailable(
+                    f"no pump took the {kind} binlog of start_ts {binlog.start_ts} within "
+                    f"write-timeout {self.config.write_timeout:g}s: {attempts.summary()}"
+                )
+
+    async def _write_second_phase(self, pool: PumpPool, start_ts: int, payload: bytes, kind: str) -> None:
+        node_id = self._routes.take(start_ts)
+        if node_id is None:
+            log.debug(
+                "no known Prewrite pump for the %s of start_ts %d; routing it by strategy", kind, start_ts
+            )
+            candidates = pool.prewrite_candidates(start_ts)
+            node_id = candidates[0].node_id if candidates else ""
+        attempts = _Attempts(self.config)
+        while True:
+            node = pool.get(node_id)
+            remaining = attempts.remaining()
+            if node is None:
+                attempts.errors[node_id or "(none)"] = "not in the pump registry"
+            elif remaining > 0:
+                try:
+                    await node.write(payload, kind, remaining)
+                    return
+                except PumpUnavailable as exc:
+                    attempts.failed(node, exc)
+            if not await attempts.pause():
+                break
+        metrics.COMMIT_UNSENT.inc()
+        log.warning(
+            "the %s binlog of start_ts %d did not reach pump %s within write-timeout %gs (%s); "
+            "that pump's lost-commit resolver will settle the transaction",
+            kind,
+            start_ts,
+            node_id or "(none)",
+            self.config.write_timeout,
+            attempts.summary(),
+        )

@@ -1,0 +1,213 @@
+"""One pump as the client sees it: its channel, its health, and the batcher
+that coalesces concurrent callers' binlogs into ``WriteBinlogs`` calls.
+
+Batching: a caller's binlog joins the pump's queue; while fewer than
+``max-inflight-batches`` calls are in flight a sender takes up to
+``batch-max`` binlogs (and ``batch-max-bytes``) from the queue and sends them
+in one call. Binlogs that arrive while calls are in flight wait and leave
+together in the next call, so batches grow with the load and a lone binlog
+leaves at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter as Tally
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from bridge.errors import PumpRejected, PumpUnavailable
+from bridge.grpcutil import aio_channel
+from bridge.proto import binlog_pb2, pump_pb2, pump_pb2_grpc
+from bridge.pumpclient import metrics
+from bridge.pumpclient.config import PumpClientConfig
+
+log = logging.getLogger(__name__)
+
+# start_ts = commit_ts = 0: the pump answers without storing anything.
+PROBE_PAYLOAD = binlog_pb2.Binlog(tp=binlog_pb2.Prewrite, start_ts=0, commit_ts=0).SerializeToString()
+
+# Codes that mean the pump process is not there (refused, reset, shutting
+# down): no point waiting for max-errors failures.
+_GONE_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED})
+
+# Allowance for event loop lag on top of the pump calls' own deadlines.
+_WAIT_SLACK = 1.0
+
+
+@dataclass(eq=False)
+class PendingBinlog:
+    payload: bytes
+    kind: str  # the binlog type, lower case: the metrics label
+    future: asyncio.Future[str]  # the pump's errmsg for this binlog; "" = durable
+
+
+FailureHook = Callable[["PumpNode", bool], None]
+
+
+def describe_rpc_error(exc: Any) -> str:
+    """``UNAVAILABLE: failed to connect ...`` from a grpc.aio.AioRpcError."""
+    details = (exc.details() or "").strip()
+    return f"{exc.code().name}: {details}" if details else str(exc.code().name)
+
+
+class PumpNode:
+    """A pump's address, health counters and write batcher.
+
+    ``on_failure(node, gone)`` is called once per failed call to the pump,
+    after ``consecutive_errors`` and ``last_error`` are updated; ``gone`` says
+    the pump process did not answer at all (connection refused or reset).
+    """
+
+    def __init__(
+        self, node_id: str, addr: str, config: PumpClientConfig, cluster_id: int, on_failure: FailureHook
+    ) -> None:
+        self.node_id = node_id
+        self.addr = addr
+        self.score = 0
+        self.candidate = False  # ONLINE and alive in the registry
+        self.failed = False  # in the unavailable list until a probe answers
+        self.consecutive_errors = 0
+        self.last_error = ""
+        self._config = config
+        self._cluster_id = cluster_id
+        self._on_failure = on_failure
+        self._channel = aio_channel(addr, config.security)
+        self._stub = pump_pb2_grpc.PumpStub(self._channel)  # type: ignore[no-untyped-call]
+        self._queue: deque[PendingBinlog] = deque()
+        self._queued_bytes = 0
+        self._senders = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def label(self) -> str:
+        return f"{self.node_id} ({self.addr})"
+
+    async def write(self, payload: bytes, kind: str, timeout: float) -> None:
+        """Send one binlog in the next batch and wait for its result.
+
+        Raises PumpUnavailable when the call fails or no answer comes within
+        ``timeout``, PumpRejected when the pump refused this binlog.
+        """
+        future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self._queue.append(PendingBinlog(payload, kind, future))
+        self._queued_bytes += len(payload)
+        if self._senders < self._config.max_inflight_batches:
+            self._senders += 1
+            task = asyncio.create_task(self._send_queued(), name=f"pump-batcher-{self.node_id}")
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        try:
+            if timeout >= self._worst_wait():
+                errmsg = await future  # the batching answers in time: spare a timer per binlog
+            else:
+                async with asyncio.timeout(timeout):
+                    errmsg = await future
+        except TimeoutError:
+            last = f" (last error: {self.last_error})" if self.last_error else ""
+            raise PumpUnavailable(f"no answer within {timeout:.1f}s{last}") from None
+        if errmsg:
+            raise PumpRejected(f"pump {self.label} rejected the {kind} binlog: {errmsg}")
+
+    def _worst_wait(self) -> float:
+        """How long the last queued binlog can wait for its result at most.
+
+        Every call ends (answer, error or deadline) within rpc-timeout, and the
+        binlogs queued ahead leave in at most ``calls_ahead`` calls, with
+        ``max-inflight-batches`` calls at a time.
+        """
+        config = self._config
+        calls_ahead = -(-len(self._queue) // config.batch_max) + -(
+            -self._queued_bytes // config.batch_max_bytes
+        )
+        rounds = calls_ahead // config.max_inflight_batches + 2
+        return rounds * config.rpc_timeout + _WAIT_SLACK
+
+    async def probe(self, timeout: float) -> bool:
+        """Send the empty binlog; True when the pump answered without error."""
+        request = pump_pb2.WriteBinlogReq(clusterID=self._cluster_id, payload=PROBE_PAYLOAD)
+        try:
+            response = await self._stub.WriteBinlog(request, timeout=timeout)
+        except grpc.aio.AioRpcError as exc:
+            self.last_error = describe_rpc_error(exc)
+            return False
+        if response.errmsg:
+            self.last_error = f"probe refused: {response.errmsg}"
+            return False
+        self.consecutive_errors = 0
+        return True
+
+    async def close(self, grace: float) -> None:
+        """Let queued binlogs leave (up to one rpc-timeout each), then close the channel."""
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=grace)
+        await self._channel.close(grace=None)
+
+    async def _send_queued(self) -> None:
+        try:
+            while self._queue:
+                batch = self._take_batch()
+                if batch:
+                    await self._send_batch(batch)
+        finally:
+            self._senders -= 1
+
+    def _take_batch(self) -> list[PendingBinlog]:
+        batch: list[PendingBinlog] = []
+        size = 0
+        while self._queue and len(batch) < self._config.batch_max:
+            item = self._queue[0]
+            if batch and size + len(item.payload) > self._config.batch_max_bytes:
+                break
+            self._queue.popleft()
+            self._queued_bytes -= len(item.payload)
+            if item.future.done():  # the caller gave up waiting; do not send it
+                continue
+            batch.append(item)
+            size += len(item.payload)
+        return batch
+
+    async def _send_batch(self, batch: list[PendingBinlog]) -> None:
+        request = pump_pb2.WriteBinlogsReq(clusterID=self._cluster_id, payloads=[b.payload for b in batch])
+        metrics.BATCH_SIZE.observe(len(batch))
+        try:
+            response = await self._stub.WriteBinlogs(request, timeout=self._config.rpc_timeout)
+        except grpc.aio.AioRpcError as exc:
+            self._fail(batch, describe_rpc_error(exc), gone=exc.code() in _GONE_CODES)
+            return
+        if response.errmsg:
+            self._fail(batch, f"refused the batch: {response.errmsg}", gone=False)
+            return
+        if len(response.errmsgs) != len(batch):
+            self._fail(
+                batch, f"answered {len(response.errmsgs)} results for {len(batch)} binlogs", gone=False
+            )
+            return
+        self.consecutive_errors = 0
+        tally: Tally[tuple[str, str]] = Tally()
+        for item, errmsg in zip(batch, response.errmsgs, strict=True):
+            tally[item.kind, "rejected" if errmsg else "ok"] += 1
+            if not item.future.done():
+                item.future.set_result(errmsg)
+        self._count(tally)
+
+    def _fail(self, batch: list[PendingBinlog], reason: str, gone: bool) -> None:
+        self.consecutive_errors += 1
+        self.last_error = reason
+        log.debug("pump %s: a batch of %d binlogs failed: %s", self.label, len(batch), reason)
+        tally: Tally[tuple[str, str]] = Tally()
+        for item in batch:
+            tally[item.kind, "failed"] += 1
+            if not item.future.done():
+                item.future.set_exception(PumpUnavailable(reason))
+        self._count(tally)
+        self._on_failure(self, gone)
+
+    def _count(self, tally: Tally[tuple[str, str]]) -> None:
+        for (kind, result), n in tally.items():
+            metrics.writes(self.node_id, kind, result).inc(n)
