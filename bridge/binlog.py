@@ -18,7 +18,8 @@ builders check their arguments and raise ``ValueError`` on misuse.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from typing import NamedTuple
 
 from google.protobuf.message import DecodeError, Message
 from google.protobuf.unknown_fields import UnknownFieldSet
@@ -289,6 +290,43 @@ def mutation_problem(mutation: binlog_pb2.TableMutation) -> str | None:
                 f"for {expected} {MutationType.Name(kind)} rows"
             )
     return None
+
+
+class Change(NamedTuple):
+    """One row change of a TableMutation: ``before`` is None for an insert, ``after`` for a delete."""
+
+    kind: int
+    before: bytes | None
+    after: bytes | None
+
+
+def iter_changes(mutation: binlog_pb2.TableMutation) -> Iterator[Change]:
+    """The mutation's row changes in ``sequence`` order, as serialized row images.
+
+    Raises :class:`ProtocolError` for an inconsistent mutation (see
+    :func:`mutation_problem`) or an obsolete DeleteID/DeletePK entry, which
+    carries no row image.
+    """
+    problem = mutation_problem(mutation)
+    if problem:
+        raise ProtocolError(f"table id {mutation.table_id}: {problem}")
+    inserted, updated, deleted = (
+        iter(mutation.inserted_rows),
+        iter(mutation.updated_rows),
+        iter(mutation.deleted_rows),
+    )
+    for kind in mutation.sequence:
+        if kind == MutationType.Insert:
+            yield Change(kind, None, next(inserted))
+        elif kind == MutationType.Update:
+            yield Change(kind, next(updated), next(updated))
+        elif kind == MutationType.DeleteRow:
+            yield Change(kind, next(deleted), None)
+        else:
+            name = MutationType.Name(kind)
+            raise ProtocolError(
+                f"table id {mutation.table_id}: obsolete mutation type {name} has no row image"
+            )
 
 
 def read_schema_change(binlog: binlog_pb2.Binlog) -> row_pb2.SchemaChange | None:

@@ -72,7 +72,8 @@ class RowCodec:
 
     def __init__(self, schema: row_pb2.TableSchema) -> None:
         validate_table_schema(schema)
-        self.schema = schema
+        self.schema = row_pb2.TableSchema()
+        self.schema.CopyFrom(schema)  # later changes to the caller's message do not reach the plan
         self._table = table_name(schema)
         columns = list(schema.columns)
         plans = [plan_column(self._table, c) for c in columns]

@@ -289,3 +289,26 @@ def test_valid_schema_changes_parse(change: row_pb2.SchemaChange) -> None:
 def test_original_ddl_binlog_without_schema_change_is_valid() -> None:
     payload = serialized(tp=binlog_pb2.Prewrite, start_ts=5, ddl_job_id=4, ddl_query=b"CREATE DATABASE x")
     assert B.is_ddl(B.parse_binlog(payload))
+
+
+def test_iter_changes_walks_the_sequence() -> None:
+    builder = B.TableMutationBuilder(7)
+    builder.insert(b"a")
+    builder.update(b"a", b"a2")
+    builder.delete(b"b")
+    builder.insert(b"c")
+    changes = list(B.iter_changes(builder.build()))
+    assert changes == [
+        (MT.Insert, None, b"a"),
+        (MT.Update, b"a", b"a2"),
+        (MT.DeleteRow, b"b", None),
+        (MT.Insert, None, b"c"),
+    ]
+    assert changes[1].before == b"a" and changes[1].after == b"a2"
+
+
+def test_iter_changes_refuses_inconsistent_and_obsolete_mutations() -> None:
+    with pytest.raises(ProtocolError, match="table id 3: sequence has 1 Insert entries for 0 Insert rows"):
+        list(B.iter_changes(binlog_pb2.TableMutation(table_id=3, sequence=[MT.Insert])))
+    with pytest.raises(ProtocolError, match="obsolete mutation type DeleteID has no row image"):
+        list(B.iter_changes(binlog_pb2.TableMutation(table_id=3, deleted_ids=[1], sequence=[MT.DeleteID])))
