@@ -51,6 +51,12 @@ _SECOND_PHASE = frozenset({binlog_pb2.Commit, binlog_pb2.Rollback})
 _KINDS = {value: name.lower() for name, value in binlog_pb2.BinlogType.items()}
 
 
+def _report_unexpected_end(task: asyncio.Task[None]) -> None:
+    """Background tasks run until cancelled; anything else is a bug worth a log line."""
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        log.error("pump client task %s stopped: %r", task.get_name(), exc, exc_info=exc)
+
+
 class _Attempts:
     """Deadline, backoff and the last error of each pump tried, for one binlog."""
 
@@ -131,6 +137,8 @@ class AsyncPumpsClient:
             asyncio.create_task(watcher.run(), name="pump-registry-watch"),
             asyncio.create_task(probe_forever(pool, self.config.probe_interval), name="pump-probe"),
         ]
+        for task in self._tasks:
+            task.add_done_callback(_report_unexpected_end)
         log.info(
             "pump client started: cluster %d, strategy %s, available pumps: %s",
             self.cluster_id,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from bridge.errors import MetaError
+from bridge.errors import BridgeError
 from bridge.meta.client import MetaClient
 from bridge.proto import meta_pb2
 from bridge.pumpclient.pool import PumpPool
@@ -41,7 +41,7 @@ class RegistryWatcher:
                 response = await self._meta.list_nodes(
                     meta_pb2.PUMP, wait_revision=self._revision, wait_ms=self._wait_ms
                 )
-            except MetaError as exc:
+            except BridgeError as exc:  # MetaUnavailable mostly; any answer-less error alike
                 if not self._outage:
                     self._outage = True
                     log.warning("pump registry unreachable, routing with the last known pumps: %s", exc)

@@ -93,14 +93,25 @@ class PumpsClient:
                 return
             self._state = "closed"
         try:
-            self._run(self._client.close())
+            asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop).result()
         finally:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join()
             self._loop.close()
 
+    async def _shutdown(self) -> None:
+        """Close the client, then end what is still running so that no caller waits forever."""
+        await self._client.close()
+        current = asyncio.current_task()
+        leftovers = [task for task in asyncio.all_tasks() if task is not current]
+        for task in leftovers:
+            task.cancel()
+        await asyncio.gather(*leftovers, return_exceptions=True)
+
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
-        if threading.current_thread() is self._thread:
+        if self._state != "started" or threading.current_thread() is self._thread:
             coro.close()
+            if self._state != "started":
+                raise RuntimeError(f"the pump client is {self._state}")
             raise RuntimeError("PumpsClient called from its own event loop; use AsyncPumpsClient there")
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from bridge.errors import NoPumpAvailable, PumpRejected
+from bridge.errors import MetaUnavailable, NoPumpAvailable, PumpRejected
 from bridge.meta.client import MetaClient
 from bridge.proto import binlog_pb2
 from bridge.pumpclient import AsyncPumpsClient, PumpClientConfig, PumpsClient, metrics
@@ -372,3 +372,14 @@ def test_meta_outage_keeps_the_last_known_pumps(cluster: Cluster, caplog: pytest
         assert client.available == list(PUMP_IDS)
     prewrites = assert_commits_follow_prewrites(cluster, {first + 2 * n for n in range(500)})
     assert {p for pumps in prewrites.values() for p in pumps} == set(PUMP_IDS)
+
+
+def test_start_without_a_meta_service_fails_clearly_and_cleans_up() -> None:
+    addr = f"127.0.0.1:{free_port()}"
+    threads_before = threading.active_count()
+    client = PumpsClient(addr)
+    with pytest.raises(MetaUnavailable, match=addr):
+        client.start()
+    assert threading.active_count() == threads_before
+    with pytest.raises(RuntimeError, match="closed"):
+        client.write_binlog(prewrite(1))
