@@ -32,7 +32,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seconds", type=float, default=5.0, help="measuring time per phase (default 5)")
     parser.add_argument("--batch", type=int, default=1, help="timestamps per request (default 1)")
     parser.add_argument("--concurrency", type=int, default=16, help="concurrent callers (default 16)")
-    parser.add_argument("--meta", default="", help="measure this running meta service instead of starting one")
+    parser.add_argument(
+        "--meta", default="", help="measure this running meta service instead of starting one"
+    )
 
 
 def progress(message: str) -> None:
@@ -111,7 +113,9 @@ async def measure_oracle(args: argparse.Namespace) -> float:
         oracle = TimestampOracle(store.save_tso_limit)
         await oracle.start(await store.load_tso_limit())
         try:
-            return await drive(oracle.allocate, args.seconds, args.batch, args.concurrency, "oracle in-process")
+            return await drive(
+                oracle.allocate, args.seconds, args.batch, args.concurrency, "oracle in-process"
+            )
         finally:
             await oracle.stop()
             await store.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 import urllib.request
 from pathlib import Path
@@ -18,7 +19,9 @@ from tests.support.process import ChildProcess, bridge_cli, free_port
 READY = r"meta ready: addr=(\S+) backend=(\w+) cluster_id=(\d+) leader=(yes|no)"
 
 
-def start_meta(children: list[ChildProcess], tmp_path: Path, data_dir: Path, *args: str) -> tuple[ChildProcess, str]:
+def start_meta(
+    children: list[ChildProcess], tmp_path: Path, data_dir: Path, *args: str
+) -> tuple[ChildProcess, str]:
     port = free_port()
     argv = bridge_cli("meta", "--data-dir", str(data_dir), "--addr", f"127.0.0.1:{port}", *args)
     child = ChildProcess(argv, tmp_path / f"meta-{port}.log")
@@ -36,7 +39,7 @@ def pump(node_id: str, ttl_ms: int = 10_000, state: int = meta_pb2.ONLINE) -> me
 
 def assert_disjoint_increasing(batches: list[tuple[int, int]]) -> None:
     ordered = sorted(batches)
-    for (first, count), (nxt, _) in zip(ordered, ordered[1:], strict=False):
+    for (first, count), (nxt, _) in itertools.pairwise(ordered):
         assert first + count <= nxt, f"batch {first}+{count} overlaps {nxt}"
     for first, count in batches:
         assert physical_ms(first) == physical_ms(first + count - 1), "a batch crossed a millisecond"
@@ -175,5 +178,7 @@ def test_metrics_endpoint(children, tmp_path) -> None:
         text = response.read().decode()
     assert "bridge_meta_is_leader 1.0" in text
     assert 'bridge_meta_registry_nodes{alive="true",kind="pump",state="online"} 1.0' in text
-    counter = next(line for line in text.splitlines() if line.startswith("bridge_meta_timestamps_allocated_total"))
+    counter = next(
+        line for line in text.splitlines() if line.startswith("bridge_meta_timestamps_allocated_total")
+    )
     assert float(counter.rsplit(" ", 1)[1]) >= 50

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 
 import pytest
@@ -40,7 +41,9 @@ class SavedLimit:
         self.value = limit
 
 
-def make(interval_ms: int = 3000, clock: FakeClock | None = None) -> tuple[TimestampOracle, SavedLimit, FakeClock]:
+def make(
+    interval_ms: int = 3000, clock: FakeClock | None = None
+) -> tuple[TimestampOracle, SavedLimit, FakeClock]:
     clock = clock or FakeClock()
     saved = SavedLimit()
     return TimestampOracle(saved.save, interval_ms, clock), saved, clock
@@ -79,7 +82,7 @@ def test_concurrent_callers_get_unique_strictly_increasing_batches() -> None:
             return got
 
         batches = sorted(b for part in await asyncio.gather(*(caller() for _ in range(40))) for b in part)
-        for (first, count), (nxt, _) in zip(batches, batches[1:], strict=False):
+        for (first, count), (nxt, _) in itertools.pairwise(batches):
             assert first + count <= nxt  # no overlap, strictly increasing
         for first, count in batches:
             assert physical_ms(first) == physical_ms(first + count - 1)  # no batch crosses a ms
