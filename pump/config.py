@@ -1,0 +1,245 @@
+"""Configuration of ``binlog-bridge pump``: one TOML file, flags on top.
+
+::
+
+    addr = "127.0.0.1:8250"            # gRPC listen address (the Pump service)
+    advertise-addr = ""                # what producers and drainers dial; default = addr
+    node-id = ""                       # registry id; default "pump-<advertise-addr>"
+    label = ""                         # registry label (producers may route by it)
+    meta = "127.0.0.1:8248"            # meta service members, comma-separated
+    data-dir = "./var/pump"            # value log, index and the disk the guard watches
+    heartbeat-interval = "2s"          # registry heartbeat; the TTL is 3x this
+    join-timeout = "1m"                # how long start waits for every drainer to acknowledge Notify
+    max-txn-timeout = "10m"            # a Prewrite unpaired this long is resolved through [resolver]
+    fake-binlog-interval = "200ms"     # idle watermark cadence
+    gc = "7d"                          # keep sealed segments this long; 0 = keep forever
+    stop-write-at-available-space = 10737418240   # bytes; below it Prewrites are refused
+    status-addr = "127.0.0.1:8251"     # HTTP status, metrics and state control
+
+    [resolver]                         # lost commits: how to ask the producer side
+    type = "mysql"                     # none | mysql
+    dsn = "mysql://binlog@10.0.0.5:3306/shop"
+    # password: in the DSN, here, or (preferably) in env BRIDGE_RESOLVER_PASSWORD
+
+    [security]                         # TLS for gRPC and HTTP, see bridge.grpcutil.SecurityConfig
+
+The storage engine's own settings live in ``[storage]``, defined beside the
+engine.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from bridge.config import check_addr
+from bridge.errors import ConfigError
+from bridge.grpcutil import SecurityConfig
+from bridge.meta.client import split_addrs
+
+DEFAULT_ADDR = "127.0.0.1:8250"
+DEFAULT_STATUS_ADDR = "127.0.0.1:8251"
+DEFAULT_META = "127.0.0.1:8248"
+GIB = 1 << 30
+DEFAULT_STOP_WRITE_BYTES = 10 * GIB
+PASSWORD_ENV = "BRIDGE_RESOLVER_PASSWORD"  # noqa: S105 - the variable's name, not a password
+WILDCARD_HOSTS = {"0.0.0.0", "::", ""}  # noqa: S104 - names listen-everywhere hosts, binds nothing
+MAX_NODE_ID_LEN = 128
+_TABLE_NAME_RE = re.compile(r"^[A-Za-z0-9_$]{1,64}$")
+
+ResolverType = Literal["none", "mysql"]
+
+
+@dataclass
+class ResolverConfig:
+    """``[resolver]``: how an unpaired Prewrite is resolved after ``max-txn-timeout``."""
+
+    type: ResolverType = field(
+        default="none",
+        metadata={
+            "help": "mysql: look start_ts up in the upstream's status table; "
+            "none: discard unpaired Prewrites after max-txn-timeout"
+        },
+    )
+    dsn: str = field(
+        default="",
+        metadata={"help": "mysql://user[:password]@host[:port]/database of the upstream", "secret": True},
+    )
+    password: str = field(
+        default="",
+        metadata={"help": f"upstream password when not in the DSN; else env {PASSWORD_ENV}", "secret": True},
+    )
+    table: str = field(default="bridge_txn_status", metadata={"help": "status table: start_ts -> commit_ts"})
+    interval: float = field(
+        default=5.0, metadata={"duration": True, "help": "how often unpaired Prewrites are looked for"}
+    )
+    timeout: float = field(
+        default=5.0, metadata={"duration": True, "help": "connect/read timeout of one status lookup"}
+    )
+
+    def validate(self) -> None:
+        if self.type == "mysql" and not self.dsn:
+            raise ConfigError('resolver.dsn: required when resolver.type = "mysql"')
+        if self.dsn:
+            # Imported here: the resolver module imports pymysql, which a pump
+            # with type = "none" does not need.
+            from pump.resolver import parse_dsn
+
+            parse_dsn(self.dsn, key="resolver.dsn")
+        if not _TABLE_NAME_RE.match(self.table):
+            raise ConfigError(f"resolver.table: expected a plain table name, got {self.table!r}")
+        if not 0.05 <= self.interval <= 3600:
+            raise ConfigError(f"resolver.interval: expected 50ms..1h, got {self.interval:g}s")
+        if not 0.1 <= self.timeout <= 600:
+            raise ConfigError(f"resolver.timeout: expected 100ms..10m, got {self.timeout:g}s")
+
+    def effective_password(self, env: Mapping[str, str] | None = None) -> str | None:
+        """The password from this table or the environment; None lets the DSN's stand."""
+        if self.password:
+            return self.password
+        return (os.environ if env is None else env).get(PASSWORD_ENV) or None
+
+
+@dataclass
+class PumpConfig:
+    """The pump server: stores binlogs and serves them to drainers in commit order."""
+
+    addr: str = field(default=DEFAULT_ADDR, metadata={"help": "gRPC listen address host:port"})
+    advertise_addr: str = field(
+        default="", metadata={"help": "address producers and drainers dial; default addr"}
+    )
+    node_id: str = field(default="", metadata={"help": "registry id; default pump-<advertise-addr>"})
+    label: str = field(default="", metadata={"help": "registry label"})
+    meta: str = field(
+        default=DEFAULT_META, metadata={"help": "meta service members host:port, comma-separated"}
+    )
+    data_dir: str = field(default="./var/pump", metadata={"help": "where binlogs are stored"})
+    heartbeat_interval: float = field(
+        default=2.0, metadata={"duration": True, "help": "registry heartbeat period; TTL = 3x this"}
+    )
+    join_timeout: float = field(
+        default=60.0,
+        metadata={"duration": True, "help": "start fails when a drainer has not acknowledged Notify by then"},
+    )
+    max_txn_timeout: float = field(
+        default=600.0,
+        metadata={"duration": True, "help": "a Prewrite unpaired this long is resolved through [resolver]"},
+    )
+    fake_binlog_interval: float = field(
+        default=0.2,
+        metadata={"duration": True, "help": "period of fake binlogs (watermarks) on an idle pump"},
+    )
+    gc: float = field(
+        default=7 * 86400.0,
+        metadata={"duration": True, "help": 'retention of sealed segments (e.g. "7d", "36h"); 0 = forever'},
+    )
+    stop_write_at_available_space: int = field(
+        default=DEFAULT_STOP_WRITE_BYTES,
+        metadata={"help": "bytes free in data-dir below which Prewrites are refused"},
+    )
+    status_addr: str = field(
+        default=DEFAULT_STATUS_ADDR,
+        metadata={"help": 'HTTP status/metrics/control address; "8251" = 127.0.0.1:8251'},
+    )
+    resolver: ResolverConfig = field(default_factory=ResolverConfig)
+    security: SecurityConfig = field(default_factory=SecurityConfig)
+
+    def validate(self) -> None:
+        host, _ = check_addr(self.addr, "addr")
+        if self.advertise_addr:
+            adv_host, adv_port = check_addr(self.advertise_addr, "advertise-addr")
+            if adv_host in WILDCARD_HOSTS or adv_port == 0:
+                raise ConfigError(
+                    f"advertise-addr: must name a reachable host and port, got {self.advertise_addr!r}"
+                )
+        elif host in WILDCARD_HOSTS:
+            raise ConfigError(f"advertise-addr: required when addr listens on {host or 'all hosts'}")
+        self._validate_identity()
+        if not split_addrs(self.meta):
+            raise ConfigError("meta: expected host:port[,host:port...], got an empty value")
+        for member in split_addrs(self.meta):
+            check_addr(member, "meta")
+        if not self.data_dir:
+            raise ConfigError("data-dir: must not be empty")
+        self._validate_durations()
+        if self.stop_write_at_available_space < 0:
+            raise ConfigError(
+                "stop-write-at-available-space: expected bytes >= 0, "
+                f"got {self.stop_write_at_available_space}"
+            )
+        self.status_listen()
+
+    def _validate_identity(self) -> None:
+        node_id = self.node_id
+        if node_id and (
+            len(node_id) > MAX_NODE_ID_LEN
+            or "/" in node_id
+            or not node_id.isprintable()
+            or any(c.isspace() for c in node_id)
+        ):
+            raise ConfigError(
+                f"node-id: expected 1..{MAX_NODE_ID_LEN} printable characters without '/' or spaces, "
+                f"got {node_id!r}"
+            )
+        if len(self.label) > MAX_NODE_ID_LEN or not self.label.isprintable():
+            raise ConfigError(
+                f"label: expected up to {MAX_NODE_ID_LEN} printable characters, got {self.label!r}"
+            )
+
+    def _validate_durations(self) -> None:
+        ranges = {
+            "heartbeat-interval": (self.heartbeat_interval, 0.05, 60.0),
+            "join-timeout": (self.join_timeout, 0.1, 3600.0),
+            "max-txn-timeout": (self.max_txn_timeout, 0.05, 7 * 86400.0),
+            "fake-binlog-interval": (self.fake_binlog_interval, 0.01, 60.0),
+        }
+        for key, (value, low, high) in ranges.items():
+            if not low <= value <= high:
+                raise ConfigError(f"{key}: expected {_span(low)}..{_span(high)}, got {value:g}s")
+        if self.gc and self.gc < 60:
+            raise ConfigError(f"gc: expected 0 (keep forever) or at least 1m, got {self.gc:g}s")
+
+    @property
+    def heartbeat_ttl_ms(self) -> int:
+        """How long one heartbeat keeps the pump alive in the registry."""
+        return max(int(self.heartbeat_interval * 3000), 150)
+
+    def meta_addrs(self) -> list[str]:
+        return split_addrs(self.meta)
+
+    def status_listen(self) -> tuple[str, int]:
+        """Where the HTTP server listens: ``"8251"`` and ``":8251"`` mean 127.0.0.1."""
+        value = self.status_addr.strip()
+        if value.isdigit():
+            value = f"127.0.0.1:{value}"
+        elif value.startswith(":"):
+            value = f"127.0.0.1{value}"
+        return check_addr(value, "status-addr")
+
+    def advertise(self, bound_port: int | None = None) -> str:
+        """The address others dial; with ``addr`` on port 0, the port actually bound."""
+        if self.advertise_addr:
+            return self.advertise_addr
+        host, port = check_addr(self.addr, "addr")
+        if bound_port is not None and port == 0:
+            port = bound_port
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+    def node_name(self, bound_port: int | None = None) -> str:
+        """The registry id: ``node-id``, or ``pump-<advertise address>``."""
+        return self.node_id or f"pump-{self.advertise(bound_port)}"
+
+
+def _span(seconds: float) -> str:
+    if seconds < 1:
+        return f"{seconds * 1000:g}ms"
+    if seconds < 60:
+        return f"{seconds:g}s"
+    if seconds < 3600:
+        return f"{seconds / 60:g}m"
+    if seconds < 86400:
+        return f"{seconds / 3600:g}h"
+    return f"{seconds / 86400:g}d"

@@ -1,0 +1,364 @@
+"""Lost commits: deciding Prewrites whose Commit binlog never arrived.
+
+A producer writes the Prewrite binlog, commits upstream, then writes the
+Commit binlog. If it dies in between, the pump holds a Prewrite nobody will
+pair, and that Prewrite holds the pump's watermark back. After
+``max-txn-timeout`` the :class:`LostCommitSweeper` asks a
+:class:`LostCommitResolver` what happened upstream:
+
+- committed (the resolver returns its commit_ts): the pump writes the Commit
+  itself;
+- not committed (None): the Prewrite is discarded;
+- the resolver failed: nothing is decided; the Prewrite stays pending and is
+  asked about again on the next sweep. An error never discards anything.
+
+:class:`MySQLStatusResolver` asks the upstream database's status table
+``bridge_txn_status(start_ts BIGINT PRIMARY KEY, commit_ts BIGINT NOT NULL)``,
+which the transactional writer fills inside each upstream transaction, so a
+row exists exactly when the transaction committed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+from urllib.parse import parse_qsl, quote, unquote, urlsplit
+
+import pymysql
+import pymysql.err
+
+from bridge.errors import BridgeError, ConfigError
+from pump import metrics
+from pump.config import ResolverConfig
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TABLE = "bridge_txn_status"
+
+# MySQL client/server error codes after which a fresh connection may succeed.
+_RETRIABLE_CODES = {
+    1040,  # too many connections
+    1205,  # lock wait timeout
+    1213,  # deadlock
+    2002,  # can't connect through socket
+    2003,  # can't connect to server
+    2006,  # server has gone away
+    2013,  # lost connection during query
+    2055,  # lost connection (system error)
+}
+_NO_SUCH_TABLE = 1146
+_ERROR_LOG_EVERY = 30.0  # seconds between repeats of the same resolver error in the log
+_NO_SUCH_DATABASE = 1049
+
+
+class ResolverError(BridgeError):
+    """The resolver could not tell whether a transaction committed."""
+
+
+class ResolverUnavailable(ResolverError):
+    """The upstream did not answer; asking again later may succeed."""
+
+    retriable = True
+
+
+class StatusTableMissing(ResolverError):
+    """The status table (or its database) does not exist upstream."""
+
+
+class LostCommitResolver(Protocol):
+    """Tells whether the upstream committed the transaction that began at ``start_ts``."""
+
+    async def resolve(self, start_ts: int) -> int | None:
+        """The commit_ts if the transaction committed, None if it did not.
+
+        Raises :class:`ResolverError` when it cannot tell; ``retriable`` says
+        whether asking again later may help. Never returns None on doubt.
+        """
+        ...
+
+    async def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class MySQLDsn:
+    """``mysql://user[:password]@host[:port]/database[?connect_timeout=5&charset=utf8mb4]``."""
+
+    host: str = "127.0.0.1"
+    port: int = 3306
+    user: str = "root"
+    password: str = ""
+    database: str = ""
+    params: tuple[tuple[str, str], ...] = ()
+
+    def with_database(self, database: str) -> MySQLDsn:
+        return replace(self, database=database)
+
+    def redacted(self) -> str:
+        """The DSN for logs and errors: the password is never shown."""
+        auth = quote(self.user, safe="") + (":***" if self.password else "")
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        query = "&".join(f"{k}={v}" for k, v in self.params)
+        return f"mysql://{auth}@{host}:{self.port}/{self.database}" + (f"?{query}" if query else "")
+
+    def __repr__(self) -> str:
+        return f"MySQLDsn({self.redacted()!r})"
+
+    __str__ = redacted
+
+
+_KNOWN_PARAMS = {"charset", "connect_timeout", "unix_socket"}
+
+
+def parse_dsn(text: str, key: str = "dsn") -> MySQLDsn:
+    """Parse a ``mysql://`` URL; errors name ``key`` and never echo the password."""
+    try:
+        url = urlsplit(text.strip())
+        port = url.port or 3306
+    except ValueError:
+        raise ConfigError(f"{key}: expected mysql://user[:password]@host[:port]/database") from None
+    if url.scheme not in ("mysql", "mariadb") or not url.hostname:
+        raise ConfigError(f"{key}: expected mysql://user[:password]@host[:port]/database")
+    database = unquote(url.path.lstrip("/"))
+    if "/" in database:
+        raise ConfigError(f"{key}: the path must be a single database name")
+    params = tuple(parse_qsl(url.query, keep_blank_values=True))
+    for name, _ in params:
+        if name not in _KNOWN_PARAMS:
+            raise ConfigError(
+                f"{key}: unknown parameter {name!r} (known: {', '.join(sorted(_KNOWN_PARAMS))})"
+            )
+    return MySQLDsn(
+        host=url.hostname,
+        port=port,
+        user=unquote(url.username) if url.username else "root",
+        password=unquote(url.password) if url.password else "",
+        database=database,
+        params=params,
+    )
+
+
+class NoStatusResolver:
+    """``type = "none"``: nobody to ask, so every lost commit is treated as not committed."""
+
+    async def resolve(self, start_ts: int) -> int | None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+
+class MySQLStatusResolver:
+    """Looks ``start_ts`` up in the upstream's status table over one pymysql connection.
+
+    The blocking driver runs on one dedicated thread, so calls are serialized
+    and the connection is only ever used by that thread. A lost connection is
+    reopened on the next attempt; retriable errors are retried with backoff up
+    to ``attempts`` times per call, then :class:`ResolverUnavailable` is raised.
+    """
+
+    def __init__(
+        self,
+        dsn: MySQLDsn | str,
+        password: str | None = None,
+        table: str = DEFAULT_TABLE,
+        timeout: float = 5.0,
+        attempts: int = 4,
+    ) -> None:
+        self.dsn = parse_dsn(dsn) if isinstance(dsn, str) else dsn
+        if not self.dsn.database:
+            raise ConfigError(f"resolver.dsn: name the upstream database that holds {table} ({self.dsn})")
+        self._password = self.dsn.password or password or ""
+        self._table = table
+        self._timeout = timeout
+        self._attempts = max(1, attempts)
+        self._conn: Any = None
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="resolver-mysql")
+
+    async def resolve(self, start_ts: int) -> int | None:
+        backoff = 0.1
+        attempt = 1
+        while True:
+            try:
+                return await asyncio.get_running_loop().run_in_executor(
+                    self._executor, self._lookup, start_ts
+                )
+            except ResolverUnavailable as exc:
+                if attempt >= self._attempts:
+                    raise
+                log.info(
+                    "resolver: %s (attempt %d of %d); retrying in %.1fs",
+                    exc,
+                    attempt,
+                    self._attempts,
+                    backoff,
+                )
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 2.0)
+            attempt += 1
+
+    async def close(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(self._executor, self._disconnect)
+        self._executor.shutdown(wait=True)
+
+    def _connect(self) -> Any:
+        params = dict(self.dsn.params)
+        return pymysql.connect(
+            host=self.dsn.host,
+            port=self.dsn.port,
+            user=self.dsn.user,
+            password=self._password,
+            database=self.dsn.database,
+            charset=params.get("charset", "utf8mb4"),
+            unix_socket=params.get("unix_socket") or None,
+            connect_timeout=float(params.get("connect_timeout", self._timeout)),
+            read_timeout=self._timeout,
+            write_timeout=self._timeout,
+            autocommit=True,
+        )
+
+    def _disconnect(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except pymysql.err.Error:
+                log.debug("resolver: closing a broken connection failed", exc_info=True)
+
+    def _lookup(self, start_ts: int) -> int | None:
+        """On the resolver thread: one parameterized SELECT; errors translated here."""
+        try:
+            if self._conn is None:
+                self._conn = self._connect()
+            with self._conn.cursor() as cursor:
+                # The table name is validated config (a plain identifier), never input.
+                cursor.execute(
+                    f"SELECT commit_ts FROM `{self._table}` WHERE start_ts = %s",  # noqa: S608
+                    (start_ts,),
+                )
+                row = cursor.fetchone()
+        except pymysql.err.Error as exc:
+            raise self._translate(exc) from exc
+        return None if row is None else int(row[0])
+
+    def _translate(self, exc: pymysql.err.Error) -> ResolverError:
+        code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
+        if code == _NO_SUCH_TABLE:
+            return StatusTableMissing(
+                f"status table `{self.dsn.database}`.`{self._table}` does not exist in the upstream "
+                f"{self.dsn}: create it as ({self._table}(start_ts BIGINT PRIMARY KEY, "
+                "commit_ts BIGINT NOT NULL)) or point resolver.dsn at the right database"
+            )
+        if code == _NO_SUCH_DATABASE:
+            return StatusTableMissing(
+                f"database `{self.dsn.database}` does not exist in the upstream {self.dsn}"
+            )
+        self._disconnect()
+        if code in _RETRIABLE_CODES or isinstance(exc, pymysql.err.InterfaceError):
+            return ResolverUnavailable(f"upstream {self.dsn} unreachable: {exc}")
+        return ResolverError(f"status lookup in {self.dsn} failed: {exc}")
+
+
+class UnpairedPrewrites(Protocol):
+    """What the sweeper needs from storage."""
+
+    def unpaired_older_than(self, age: float) -> Sequence[int]:
+        """start_ts of every Prewrite unpaired for at least ``age`` seconds, oldest first."""
+        ...
+
+    async def resolve(self, start_ts: int, commit_ts: int | None) -> None:
+        """Pair the Prewrite with a Commit at ``commit_ts`` (durably), or discard it when None."""
+        ...
+
+
+@dataclass
+class SweepResult:
+    found: int = 0
+    discarded: int = 0
+    pending: int = 0
+
+
+class LostCommitSweeper:
+    """Every ``interval`` seconds, resolves Prewrites unpaired for ``max_txn_timeout`` seconds."""
+
+    def __init__(
+        self,
+        storage: UnpairedPrewrites,
+        resolver: LostCommitResolver,
+        max_txn_timeout: float,
+        interval: float,
+    ) -> None:
+        self._storage = storage
+        self._resolver = resolver
+        self._max_txn_timeout = max_txn_timeout
+        self._interval = interval
+        self._last_error_log = 0.0
+        self._last_error = ""
+
+    async def run(self) -> None:
+        """Sweep until cancelled. A failed sweep is logged and retried next interval."""
+        while True:
+            await asyncio.sleep(self._interval)
+            try:
+                await self.sweep_once()
+            except Exception:
+                # The sweeper must outlive one bad sweep: whatever storage raised,
+                # nothing was decided for the Prewrites left, so they are asked again.
+                metrics.ERRORS.labels("lost_commit").inc()
+                log.exception("lost commits: a sweep failed; retrying next interval")
+
+    async def sweep_once(self) -> SweepResult:
+        """Resolve what is old enough now. Stops at the first resolver error, leaving the rest pending."""
+        result = SweepResult()
+        candidates = list(self._storage.unpaired_older_than(self._max_txn_timeout))
+        for index, start_ts in enumerate(candidates):
+            try:
+                commit_ts = await self._resolver.resolve(start_ts)
+                if commit_ts is not None and commit_ts <= start_ts:
+                    raise ResolverError(
+                        f"status row for start_ts {start_ts} has commit_ts {commit_ts} <= start_ts"
+                    )
+            except ResolverError as exc:
+                result.pending = len(candidates) - index
+                self._log_resolver_error(exc, result.pending)
+                break
+            await self._storage.resolve(start_ts, commit_ts)
+            if commit_ts is None:
+                result.discarded += 1
+                metrics.LOST_COMMITS.labels("discarded").inc()
+                log.warning("lost commit: start_ts %d never committed upstream; Prewrite discarded", start_ts)
+            else:
+                result.found += 1
+                metrics.LOST_COMMITS.labels("found").inc()
+                log.info(
+                    "lost commit: start_ts %d committed upstream at %d; Commit written", start_ts, commit_ts
+                )
+        return result
+
+    def _log_resolver_error(self, exc: ResolverError, pending: int) -> None:
+        metrics.ERRORS.labels("resolver").inc()
+        now = time.monotonic()
+        message = str(exc)
+        if message != self._last_error or now - self._last_error_log >= _ERROR_LOG_EVERY:
+            self._last_error, self._last_error_log = message, now
+            level = logging.WARNING if exc.retriable else logging.ERROR
+            log.log(level, "lost commits: %d Prewrites stay pending: %s", pending, message)
+
+
+def build_resolver(config: ResolverConfig) -> LostCommitResolver:
+    """The resolver ``[resolver]`` asks for. The password never reaches a log line."""
+    if config.type == "none":
+        log.warning(
+            "resolver.type = none: a Prewrite unpaired for max-txn-timeout is discarded "
+            "without asking upstream"
+        )
+        return NoStatusResolver()
+    dsn = parse_dsn(config.dsn, key="resolver.dsn")
+    log.info("resolver: status table %s in %s", config.table, dsn)
+    return MySQLStatusResolver(
+        dsn, password=config.effective_password(), table=config.table, timeout=config.timeout
+    )
