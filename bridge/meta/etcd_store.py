@@ -162,6 +162,10 @@ class EtcdStore:
     async def _campaign(self) -> bool:
         key = self.key("meta", "leader")
         current = await self._call("reading the leader key", self._client.get(key))
+        if current is not None and current.value == self._value:
+            # An earlier attempt won, but its answer was lost: lead on that lease.
+            self._start_leading(aetcd.Lease(current.lease, self._ttl, self._client))
+            return True
         if current is not None:
             self._note_leader(current.value)
             return False
@@ -179,9 +183,12 @@ class EtcdStore:
             await self._revoke(lease)
             self._note_leader(responses[0][0][0] if responses and responses[0] else None)
             return False
+        self._start_leading(lease)
+        return True
+
+    def _start_leading(self, lease: Any) -> None:
         self._lease, self._leading, self._lost = lease, True, asyncio.Event()
         self._keepalive = asyncio.create_task(self._keep_alive(lease), name="meta-lease-keepalive")
-        return True
 
     async def leadership_lost(self) -> None:
         await self._lost.wait()

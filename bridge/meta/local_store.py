@@ -127,6 +127,8 @@ class LocalStore:
 
     async def close(self) -> None:
         self._closed.set()
+        async with self._write_lock:  # a write still running in its thread finishes under the lock
+            pass
         if self._lock_fd is not None:
             os.close(self._lock_fd)  # releases the flock
             self._lock_fd = None
