@@ -141,7 +141,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "value": round(value, 1),
         "unit": "timestamps/s",
         "ceiling": round(ceiling, 1),
-        "ratio": round(value / ceiling, 4) if ceiling else 0.0,
+        "ratio": float(f"{value / ceiling:.4g}") if ceiling else 0.0,  # 4 significant digits
         "requests_per_s": round(value / args.batch, 1),
         "params": {"seconds": args.seconds, "batch": args.batch, "concurrency": args.concurrency},
         "ceiling_is": "the same allocation loop on the TSO oracle in-process (no gRPC)",

@@ -147,7 +147,8 @@ class MetaClient:
     async def status(self) -> meta_pb2.StatusResponse:
         """The status of the first member that answers (leader or not)."""
         request = meta_pb2.StatusRequest()
-        response = await self._call(lambda stub, t: stub.GetStatus(request, timeout=t))
+        # Any member answers GetStatus, so an answer says nothing about who leads.
+        response = await self._call(lambda stub, t: stub.GetStatus(request, timeout=t), leader_only=False)
         return cast(meta_pb2.StatusResponse, response)
 
     async def cluster_id(self) -> int:
@@ -168,7 +169,9 @@ class MetaClient:
         first = [self._leader] if self._leader else []
         return first + [a for a in self._addrs if a != self._leader]
 
-    async def _call(self, invoke: Callable[[Any, float], Awaitable[R]], extra_time: float = 0.0) -> R:
+    async def _call(
+        self, invoke: Callable[[Any, float], Awaitable[R]], extra_time: float = 0.0, leader_only: bool = True
+    ) -> R:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._timeout
         per_attempt = max(self._timeout / 3, 0.5)
@@ -195,7 +198,8 @@ class MetaClient:
                     last_error = str(error)
                     self._follow(addr, error, queue, asked)
                     continue
-                self._leader = addr
+                if leader_only:
+                    self._leader = addr
                 return result
             if loop.time() + backoff >= deadline:
                 raise MetaUnavailable(
