@@ -17,11 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from prometheus_client import REGISTRY
 
 from bridge.errors import MetaUnavailable, NoPumpAvailable, PumpRejected
 from bridge.meta.client import MetaClient
 from bridge.proto import binlog_pb2
-from bridge.pumpclient import AsyncPumpsClient, PumpClientConfig, PumpsClient, metrics
+from bridge.pumpclient import AsyncPumpsClient, PumpClientConfig, PumpsClient
 from tests.support.process import ChildProcess, bridge_cli, free_port, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -117,6 +118,11 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
     cluster.stop()
 
 
+def metric_sample(name: str, **labels: str) -> float:
+    value = REGISTRY.get_sample_value(name, labels)
+    return value or 0.0
+
+
 def timestamps(meta_addr: str, count: int) -> int:
     async def allocate() -> int:
         async with MetaClient(meta_addr) as meta:
@@ -186,7 +192,11 @@ def test_prewrites_spread_over_three_pumps_and_commits_follow(shared_cluster: Cl
             await run_transactions(client, first, count, workers=400)
             return time.perf_counter() - started
 
+    batches_before = metric_sample("bridge_pump_client_batch_size_count")
     elapsed = asyncio.run(scenario())
+    batches = metric_sample("bridge_pump_client_batch_size_count") - batches_before
+    # Concurrent transactions' binlogs share calls.
+    assert batches < count, f"{batches} WriteBinlogs calls for {2 * count} binlogs"
     logging.getLogger(__name__).info(
         "%s: %d binlogs in %.2fs = %.0f binlogs/s", strategy, 2 * count, elapsed, 2 * count / elapsed
     )
@@ -226,13 +236,14 @@ def test_sync_client_from_several_threads(shared_cluster: Cluster) -> None:
 
 
 def test_a_binlog_the_pump_refuses_is_raised_and_not_retried(shared_cluster: Cluster) -> None:
+    def total(result: str) -> float:
+        return sum(
+            metric_sample("bridge_pump_client_writes_total", pump=p, type="prewrite", result=result)
+            for p in PUMP_IDS
+        )
+
     def failed_and_rejected() -> tuple[float, float]:
-        values = {}
-        for result in ("failed", "rejected"):
-            values[result] = sum(
-                metrics.WRITES.labels(pump=p, type="prewrite", result=result)._value.get() for p in PUMP_IDS
-            )
-        return values["failed"], values["rejected"]
+        return total("failed"), total("rejected")
 
     before = failed_and_rejected()
     with PumpsClient(shared_cluster.meta_addr) as client, pytest.raises(PumpRejected) as info:
@@ -243,8 +254,13 @@ def test_a_binlog_the_pump_refuses_is_raised_and_not_retried(shared_cluster: Clu
 
 def test_wrong_cluster_id_is_refused_by_every_pump(shared_cluster: Cluster) -> None:
     config = PumpClientConfig(cluster_id=987654321, write_timeout=1.0)
-    with PumpsClient(shared_cluster.meta_addr, config) as client, pytest.raises(NoPumpAvailable) as info:
-        client.write_binlog(prewrite(timestamps(shared_cluster.meta_addr, 1)))
+    with PumpsClient(shared_cluster.meta_addr, config) as client:
+        with pytest.raises(NoPumpAvailable) as info:
+            client.write_binlog(prewrite(timestamps(shared_cluster.meta_addr, 1)))
+        # Each pump refused max-errors (3) calls in a row: all are set aside, and probes
+        # carrying the same wrong id keep them there.
+        assert client.unavailable == list(PUMP_IDS)
+        assert client.available == []
     message = str(info.value)
     assert "cluster id mismatch" in message
     for node_id in PUMP_IDS:
@@ -345,14 +361,19 @@ def test_killed_pump_is_bypassed_then_probed_back_into_rotation(cluster: Cluster
 
 def test_all_pumps_down_raises_a_clear_error(cluster: Cluster) -> None:
     config = PumpClientConfig(write_timeout=2.0, rpc_timeout=1.0)
-    start_ts = timestamps(cluster.meta_addr, 1)
+    first = timestamps(cluster.meta_addr, 2)
+    unsent_before = metric_sample("bridge_pump_client_commit_unsent_total")
     with PumpsClient(cluster.meta_addr, config) as client:
+        client.write_binlog(prewrite(first))
         for node_id in PUMP_IDS:
             cluster.kill(node_id)
+        # The upstream transaction committed: losing its Commit is not the caller's error.
+        client.write_binlog(commit(first))
         with pytest.raises(NoPumpAvailable) as info:
-            client.write_binlog(prewrite(start_ts))
+            client.write_binlog(prewrite(first + 1))
+    assert metric_sample("bridge_pump_client_commit_unsent_total") == unsent_before + 1
     message = str(info.value)
-    assert f"no pump took the prewrite binlog of start_ts {start_ts} within write-timeout 2s" in message
+    assert f"no pump took the prewrite binlog of start_ts {first + 1} within write-timeout 2s" in message
     for node_id in PUMP_IDS:
         assert f"{node_id} (127.0.0.1:{cluster.ports[node_id]}): UNAVAILABLE" in message
 
