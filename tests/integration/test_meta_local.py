@@ -100,7 +100,7 @@ def test_heartbeat_ttl_turns_is_alive_false_and_long_poll_sees_it(children, tmp_
 
     async def main() -> tuple[meta_pb2.ListNodesResponse, meta_pb2.ListNodesResponse, int]:
         async with MetaClient(addr) as client:
-            update_ts = await client.heartbeat(pump("pump-1", ttl_ms=300))
+            update_ts = await client.heartbeat(pump("pump-1", ttl_ms=2000))
             alive = await client.list_nodes(meta_pb2.PUMP)
             expired = alive
             while expired.nodes[0].is_alive:  # each call waits for the next change (the TTL flip)
