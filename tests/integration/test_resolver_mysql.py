@@ -13,10 +13,13 @@ import logging
 import os
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pymysql
 import pytest
 
+from bridge.binlog import parse_binlog, prewrite
+from bridge.tso import compose
 from pump import metrics
 from pump.config import ResolverConfig
 from pump.resolver import (
@@ -29,6 +32,7 @@ from pump.resolver import (
     build_resolver,
     parse_dsn,
 )
+from pump.storage import CommittedTxn, Storage, Watermark
 from tests.support.process import free_port
 
 pytestmark = [pytest.mark.mysql, pytest.mark.timeout(120)]
@@ -264,3 +268,58 @@ def test_password_from_env_is_used_and_never_logged(
     assert password not in caplog.text
     assert "nope-x" not in caplog.text
     assert f"mysql://{user}:***@" in caplog.text  # the DSN with a password is logged redacted
+
+
+def test_lost_commits_through_the_storage_engine(
+    server_dsn: MySQLDsn, unique_name: str, tmp_path: Path
+) -> None:
+    """The issue's lost-commit scenario with the real storage engine: Prewrites
+    without Commits, some with a status row upstream and some without; after a
+    sweep, a pull from 0 returns exactly the first, at the status table's commit_ts."""
+    hour_ago_ms = int(time.time() * 1000) - 3_600_000
+    starts = [compose(hour_ago_ms + i, 0) for i in range(6)]
+    committed = {starts[0]: starts[0] + 5, starts[2]: starts[2] + 9, starts[5]: starts[5] + 1}
+    conn = admin(server_dsn)
+    with conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE `{unique_name}`")
+        cur.execute(STATUS_DDL.replace("TABLE ", f"TABLE `{unique_name}`.", 1))
+        cur.executemany(
+            f"INSERT INTO `{unique_name}`.bridge_txn_status VALUES (%s, %s)", list(committed.items())
+        )
+
+    async def scenario() -> list[tuple[int, int, bytes]]:
+        storage = await Storage.open(tmp_path / "pump")
+        resolver = MySQLStatusResolver(server_dsn.with_database(unique_name))
+        try:
+            prewrites = [prewrite(ts, []) for ts in starts]
+            await storage.write([(b, b.SerializeToString()) for b in prewrites])
+            result = await LostCommitSweeper(storage, resolver, max_txn_timeout=60, interval=1).sweep_once()
+            assert (result.found, result.discarded, result.pending) == (3, 3, 0)
+            assert storage.unpaired_count == 0
+            fake_ts = compose(int(time.time() * 1000), 0)
+            await storage.write_fake(fake_ts)
+            return await pull_until(storage, fake_ts)
+        finally:
+            await resolver.close()
+            await storage.close()
+
+    try:
+        txns = asyncio.run(asyncio.wait_for(scenario(), 60))
+    finally:
+        with conn.cursor() as cur:
+            cur.execute(f"DROP DATABASE `{unique_name}`")
+        conn.close()
+    assert [(s, c) for s, c, _ in txns] == sorted(committed.items(), key=lambda item: item[1])
+    for start_ts, _, payload in txns:
+        assert parse_binlog(payload).start_ts == start_ts  # each carries its own Prewrite
+
+
+async def pull_until(storage: Storage, watermark: int) -> list[tuple[int, int, bytes]]:
+    txns: list[tuple[int, int, bytes]] = []
+    async for items in storage.pull(0):
+        for item in items:
+            if isinstance(item, CommittedTxn):
+                txns.append((item.start_ts, item.commit_ts, item.payload))
+            elif isinstance(item, Watermark) and item.ts >= watermark:
+                return txns
+    raise AssertionError("the pull ended before the watermark reached the fake binlog")
