@@ -1,6 +1,7 @@
 """Pump node pieces without services: the score, the disk guard, write admission
 and the state machine, driven through the node's own registry and storage
-protocols (in-memory implementations written here)."""
+protocols (in-memory implementations written here), and the HTTP endpoint's
+handling of bad requests."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from bridge.errors import MetaUnavailable
 from bridge.proto import meta_pb2
 from pump import metrics
 from pump.health import GIB, MAX_SCORE, DiskGuard, RateMeter, compute_score
+from pump.http import StatusServer
 from pump.node import NodeSettings, PumpNode, PumpState, StateError, WriteRefused
 
 pytestmark = pytest.mark.timeout(60)
@@ -306,5 +308,57 @@ def test_invalid_transitions_are_state_errors() -> None:
                 await node.pause()
         finally:
             await node.stop()
+
+    run(scenario)
+
+
+# -- the HTTP endpoint's request handling --------------------------------------
+
+
+class StaticControl:
+    """The endpoint's NodeControl protocol with fixed answers."""
+
+    def status(self) -> dict[str, object]:
+        return {"state": "online"}
+
+    async def pause(self) -> None:
+        raise StateError("cannot pause pump p: it is closing")
+
+    async def resume(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+
+async def raw_request(port: int, data: bytes) -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(data)
+    await writer.drain()
+    answer = await reader.read()
+    writer.close()
+    return answer
+
+
+def test_http_answers_bad_requests_clearly_and_keeps_serving() -> None:
+    async def scenario() -> None:
+        server = StatusServer(StaticControl(), "127.0.0.1", 0)
+        port = await server.start()
+        try:
+            answer = await raw_request(port, b"NONSENSE\r\n\r\n")
+            assert answer.startswith(b"HTTP/1.1 400 Bad Request") and b"malformed request line" in answer
+            answer = await raw_request(port, b"GET /status HTTP/1.1\r\nX: " + b"a" * 20_000 + b"\r\n\r\n")
+            assert answer.startswith(b"HTTP/1.1 431 ")
+            answer = await raw_request(port, b"POST /state/resume HTTP/1.1\r\nContent-Length: 999999\r\n\r\n")
+            assert answer.startswith(b"HTTP/1.1 413 ")
+            answer = await raw_request(port, b"POST /state/pause HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}")
+            assert answer.startswith(b"HTTP/1.1 409 Conflict") and b"it is closing" in answer
+            answer = await raw_request(port, b"HEAD /status HTTP/1.1\r\n\r\n")
+            head, _, body = answer.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 200 OK") and b"Content-Length: " in head and body == b""
+            answer = await raw_request(port, b"GET /status?verbose=1 HTTP/1.0\r\n\r\n")
+            assert answer.startswith(b"HTTP/1.1 200 OK") and answer.endswith(b'"state": "online"\n}\n')
+        finally:
+            await server.stop()
 
     run(scenario)
