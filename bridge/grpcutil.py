@@ -90,7 +90,10 @@ def aio_channel(
 def add_port(server: grpc.aio.Server, addr: str, security: SecurityConfig | None = None) -> int:
     """Bind ``addr``; returns the port actually bound (for port 0)."""
     creds = server_credentials(security) if security else None
-    port: int = server.add_insecure_port(addr) if creds is None else server.add_secure_port(addr, creds)
+    try:
+        port: int = server.add_insecure_port(addr) if creds is None else server.add_secure_port(addr, creds)
+    except RuntimeError as exc:  # grpc reports a failed bind this way
+        raise ConfigError(f"cannot listen on {addr}: {exc}") from exc
     if port == 0:
         raise ConfigError(f"cannot listen on {addr}: address in use or not available")
     return port

@@ -33,6 +33,14 @@ SECTIONS: list[tuple[str, str, str, str]] = [
         "[examples/meta-etcd.toml](examples/meta-etcd.toml).",
     ),
     (
+        "binlog-bridge pump",
+        "pump.config:PumpConfig",
+        "`binlog-bridge pump --config pump.toml`; flags override the file",
+        "A pump: stores binlogs durably, pairs and sorts them, serves drainers. "
+        "Example: [examples/pump.toml](examples/pump.toml). "
+        "Operations: [pump-operations.md](pump-operations.md).",
+    ),
+    (
         "Pump client (producers)",
         "bridge.pumpclient.config:PumpClientConfig",
         "a `[pump-client]` table in a producer's TOML, or `PumpClientConfig(...)` in code",

@@ -17,6 +17,7 @@ from typing import Any
 # benchmark name -> module; imported only when that benchmark runs
 BENCHES: dict[str, str] = {
     "tso": "bench.tso",
+    "rowcodec": "bench.rowcodec",
 }
 
 REQUIRED_KEYS = ("name", "value", "unit", "ceiling", "ratio")
