@@ -13,10 +13,9 @@ import asyncio
 import http.client
 import json
 import ssl
-import subprocess
 import urllib.error
 import urllib.request
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +31,7 @@ from pump.http import StatusServer, server_ssl_context
 from pump.join import DrainerNotifier, JoinFailed
 from pump.node import NodeSettings, PumpNode, PumpState
 from tests.support.process import ChildProcess, bridge_cli, free_port
+from tests.support.tls import self_signed_cert
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -312,31 +312,9 @@ async def check_close(
 
 
 @pytest.fixture
-def tls_files(tmp_path: Path) -> Iterator[tuple[str, str]]:
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(
-        [
-            "openssl",
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=127.0.0.1",
-            "-addext",
-            "subjectAltName=IP:127.0.0.1",
-            "-keyout",
-            str(key),
-            "-out",
-            str(cert),
-        ],
-        check=True,
-        capture_output=True,
-    )
-    yield str(cert), str(key)
+def tls_files(tmp_path: Path) -> tuple[str, str]:
+    cert, key = self_signed_cert(tmp_path)
+    return str(cert), str(key)
 
 
 def test_http_over_tls_when_security_names_certificates(
