@@ -14,6 +14,12 @@ batch later puts ``c`` + commit_ts → 20-byte value and deletes the ``p`` key
 every ``c`` key in order, 1,000 keys per range read, each read starting after
 the last key seen.
 
+``--storage`` measures the whole storage engine instead (``pump.storage``):
+concurrent clients write 1 KB Prewrites and then their Commits (commit_ts
+taken after the Prewrite is acknowledged) through group commit, with fsync on
+and with ``sync = false``; one JSON object per mode with binlogs/s and the
+latency of a write call.
+
 Durability modes:
 
 - ``consistent``: a crash of the process or of the machine leaves a consistent
@@ -29,7 +35,9 @@ Durability modes:
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
+import logging
 import os
 import shutil
 import sqlite3
@@ -249,12 +257,86 @@ def available(name: str) -> bool:
     return True
 
 
+async def _storage_run(
+    data_dir: Path, sync: bool, index_sync: bool, binlogs: int, clients: int, per_call: int
+) -> dict[str, Any]:
+    from bridge.binlog import Binlog, BinlogType, commit
+    from pump.storage import Storage, StorageConfig
+
+    storage = await Storage.open(data_dir, StorageConfig(sync=sync, index_sync=index_sync))
+    clock = iter(range(1000, 1 << 62))
+    value = os.urandom(1000)
+    latencies: list[float] = []
+
+    async def client(rounds: int) -> None:
+        for _ in range(rounds):
+            prewrites = [
+                Binlog(tp=BinlogType.Prewrite, start_ts=next(clock), prewrite_value=value)
+                for _ in range(per_call)
+            ]
+            started = time.perf_counter()
+            await storage.write([(b, b.SerializeToString()) for b in prewrites])
+            latencies.append(time.perf_counter() - started)
+            commits = [commit(p.start_ts, next(clock)) for p in prewrites]
+            started = time.perf_counter()
+            await storage.write([(b, b.SerializeToString()) for b in commits])
+            latencies.append(time.perf_counter() - started)
+
+    rounds = max(1, binlogs // (2 * per_call * clients))
+    started = time.perf_counter()
+    await asyncio.gather(*(client(rounds) for _ in range(clients)))
+    elapsed = time.perf_counter() - started
+    stats = storage.stats()
+    await storage.close()
+    latencies.sort()
+    return {
+        "mode": ("fsync" if sync else "sync=false") + ("" if index_sync else ", index-sync=false"),
+        "binlogs": stats.records,
+        "binlogs_per_s": round(stats.records / elapsed),
+        "call_p50_ms": round(latencies[len(latencies) // 2] * 1000, 2),
+        "call_p99_ms": round(latencies[int(len(latencies) * 0.99)] * 1000, 2),
+        "group_commits": stats.batches,
+        "binlogs_per_group_commit": round(stats.records / max(1, stats.batches), 1),
+        "clients": clients,
+        "binlogs_per_call": per_call,
+    }
+
+
+def storage_main(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.ERROR)
+    results = []
+    for sync, index_sync in ((True, True), (False, False), (True, False)):
+        root = Path(tempfile.mkdtemp(prefix="pump-storage-bench-", dir=args.dir))
+        try:
+            run = _storage_run(root, sync, index_sync, args.count, args.clients, args.per_call)
+            result = asyncio.run(run)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+        results.append(result)
+        print(json.dumps(result), flush=True)
+    durable, unsynced = results[0], results[1]
+    summary = {
+        "name": "pump_storage_write",
+        "value": durable["binlogs_per_s"],
+        "unit": "binlogs/s",
+        "ceiling": unsynced["binlogs_per_s"],
+        "ratio": round(durable["binlogs_per_s"] / unsynced["binlogs_per_s"], 3),
+    }
+    print(json.dumps(summary), flush=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--count", type=int, default=100_000, help="transactions per engine")
     parser.add_argument("--batch", type=int, default=256, help="transactions per write batch")
     parser.add_argument("--dir", type=Path, default=None, help="where to put the databases")
+    parser.add_argument("--storage", action="store_true", help="benchmark pump.storage writes instead")
+    parser.add_argument("--clients", type=int, default=64, help="--storage: concurrent clients")
+    parser.add_argument("--per-call", type=int, default=16, help="--storage: binlogs per write call")
     args = parser.parse_args(argv)
+    if args.storage:
+        return storage_main(args)
     root = Path(tempfile.mkdtemp(prefix="pump-index-bench-", dir=args.dir))
     results: list[Result] = []
     try:
@@ -284,7 +366,6 @@ def summary(results: list[Result]) -> dict[str, Any]:
         "ratio": round(chosen.txns_per_s / fastest.txns_per_s, 3),
         "chosen": chosen.engine,
         "fastest": fastest.engine,
-        "pid": os.getpid(),
     }
 
 
