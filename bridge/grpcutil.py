@@ -87,13 +87,16 @@ def aio_channel(
     return grpc.aio.secure_channel(addr, creds, options=options)
 
 
-def add_port(server: grpc.aio.Server, addr: str, security: SecurityConfig | None = None) -> int:
-    """Bind ``addr``; returns the port actually bound (for port 0)."""
+def add_port(
+    server: grpc.aio.Server, addr: str, security: SecurityConfig | None = None, key: str = "addr"
+) -> int:
+    """Bind ``addr``; returns the port actually bound (for port 0). A failed
+    bind is a :class:`ConfigError` naming the config ``key``."""
     creds = server_credentials(security) if security else None
     try:
         port: int = server.add_insecure_port(addr) if creds is None else server.add_secure_port(addr, creds)
     except RuntimeError as exc:  # grpc reports a failed bind this way
-        raise ConfigError(f"cannot listen on {addr}: {exc}") from exc
+        raise ConfigError(f"{key}: cannot listen on {addr}: address in use or not available") from exc
     if port == 0:
-        raise ConfigError(f"cannot listen on {addr}: address in use or not available")
+        raise ConfigError(f"{key}: cannot listen on {addr}: address in use or not available")
     return port

@@ -129,11 +129,7 @@ class MetaServer:
         config = self.config
         # No SO_REUSEPORT: a second meta on the same address must fail, not share it.
         server = grpc.aio.server(options=[*channel_options(), ("grpc.so_reuseport", 0)])
-        try:
-            port = add_port(server, config.addr, config.security)
-        except RuntimeError as exc:  # grpc's way of saying the bind failed
-            message = f"addr: cannot listen on {config.addr}: address in use or not available"
-            raise ConfigError(message) from exc
+        port = add_port(server, config.addr, config.security)
         self.advertise = config.advertise(port)
         member = MetaMember(
             make_store(config, config.member_name(port), self.advertise),

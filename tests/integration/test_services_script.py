@@ -59,35 +59,35 @@ def services(tmp_path: Path) -> Iterator[Services]:
 
 
 def test_up_is_idempotent_and_down_stops_it(services: Services) -> None:
-    assert services.run("status").returncode == 3
+    assert services.run("status", "etcd").returncode == 3
 
-    first = services.run("up")
+    first = services.run("up", "etcd")
     assert first.returncode == 0, first.stderr
     assert first.stdout.startswith(f"etcd: started on {services.url}")
     pid = services.pid
 
-    again = services.run("up")
+    again = services.run("up", "etcd")
     assert again.returncode == 0, again.stderr
     assert again.stdout.strip() == f"etcd: up on {services.url} (pid {pid})"
     assert services.pid == pid
 
-    status = services.run("status")
+    status = services.run("status", "etcd")
     assert status.returncode == 0
     assert "started by scripts/services" in status.stdout
-    assert services.run("env").stdout.strip() == f"export BRIDGE_TEST_ETCD_URL={services.url}"
+    assert services.run("env", "etcd").stdout.strip() == f"export BRIDGE_TEST_ETCD_URL={services.url}"
 
-    assert services.run("down").stdout.strip() == f"etcd: stopped (pid {pid})"
-    assert services.run("down").stdout.strip() == "etcd: not running"
-    assert services.run("status").returncode == 3
+    assert services.run("down", "etcd").stdout.strip() == f"etcd: stopped (pid {pid})"
+    assert services.run("down", "etcd").stdout.strip() == "etcd: not running"
+    assert services.run("status", "etcd").returncode == 3
 
 
 def test_up_replaces_a_stale_pid_file_after_a_crash(services: Services) -> None:
-    assert services.run("up").returncode == 0
+    assert services.run("up", "etcd").returncode == 0
     crashed = services.pid
     os.kill(crashed, signal.SIGKILL)
     subprocess.run(["sh", "-c", f"while kill -0 {crashed} 2>/dev/null; do sleep 0.05; done"], timeout=10)
 
-    restarted = services.run("up")
+    restarted = services.run("up", "etcd")
     assert restarted.returncode == 0, restarted.stderr
     assert "etcd: started" in restarted.stdout
     assert services.pid != crashed
@@ -96,21 +96,21 @@ def test_up_replaces_a_stale_pid_file_after_a_crash(services: Services) -> None:
 def test_a_healthy_etcd_started_elsewhere_counts_as_up_and_is_left_running(
     services: Services, tmp_path: Path
 ) -> None:
-    assert services.run("up").returncode == 0
+    assert services.run("up", "etcd").returncode == 0
     other_dir = tmp_path / "other"
 
-    up = services.run("up", state_dir=other_dir)
+    up = services.run("up", "etcd", state_dir=other_dir)
     assert up.stdout.strip() == f"etcd: up on {services.url} (not started by scripts/services)"
-    down = services.run("down", state_dir=other_dir)
+    down = services.run("down", "etcd", state_dir=other_dir)
     assert "left running" in down.stdout
-    assert services.run("status").returncode == 0
+    assert services.run("status", "etcd").returncode == 0
 
 
 def test_a_failed_start_shows_the_log(services: Services) -> None:
     # Hold the client port (bound, not listening: the health probe is refused at once).
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", int(services.env["BRIDGE_ETCD_PORT"])))
-        result = services.run("up")
+        result = services.run("up", "etcd")
     assert result.returncode != 0
     assert "etcd: exited during start" in result.stderr
     assert "address already in use" in result.stderr
