@@ -1,0 +1,73 @@
+"""What the syncer hands to sinks: decoded, ordered change events.
+
+The syncer emits, in strictly increasing ``commit_ts``:
+
+- :class:`TxnEvent` — one committed transaction. Its row changes are decoded
+  lazily from the pulled binlog with the table schemas valid at its
+  ``commit_ts`` (captured when the event is built), so a later DDL never
+  changes how an earlier transaction decodes, and a transaction of a
+  million rows is never held decoded in memory. ``changes()`` may be called
+  more than once; each call decodes again.
+- :class:`DDLEvent` — one DDL, with the schema it leaves behind.
+- :class:`ResolvedEvent` — "every transaction with commit_ts <= ts has been
+  emitted": sinks that publish watermarks (Kafka) forward it; every sink may
+  report it as durable once everything before it is.
+
+Every event carries ``payload``, the binlog bytes as pulled from the pump
+(commit_ts set), so the file sink can store what a replay needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Literal
+
+from bridge.proto import row_pb2
+
+ChangeKind = Literal["insert", "update", "delete"]
+
+
+@dataclass(frozen=True, slots=True)
+class RowChange:
+    """One row change. ``before``/``after`` hold one value per column in
+    ``table.columns`` order (:mod:`bridge.rowcodec` types); inserts have no
+    ``before``, deletes no ``after``."""
+
+    kind: ChangeKind
+    table: row_pb2.TableSchema
+    before: tuple[object, ...] | None
+    after: tuple[object, ...] | None
+
+
+@dataclass(frozen=True, slots=True)
+class TxnEvent:
+    start_ts: int
+    commit_ts: int
+    payload: bytes
+    # Decodes the changes in the transaction's order (TableMutation.sequence,
+    # mutations in binlog order). Built by the syncer; raises
+    # bridge.errors.ProtocolError naming table and commit_ts on a row that does
+    # not fit its schema.
+    decode: Callable[[], Iterator[RowChange]] = field(repr=False)
+    row_count: int = 0
+
+    def changes(self) -> Iterator[RowChange]:
+        return self.decode()
+
+
+@dataclass(frozen=True, slots=True)
+class DDLEvent:
+    start_ts: int
+    commit_ts: int
+    payload: bytes
+    query: str
+    change: row_pb2.SchemaChange
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedEvent:
+    commit_ts: int
+
+
+Event = TxnEvent | DDLEvent | ResolvedEvent
