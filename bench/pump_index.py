@@ -288,7 +288,15 @@ async def _storage_run(
     elapsed = time.perf_counter() - started
     stats = storage.stats()
     await storage.close()
-    latencies.sort()
+    return _storage_result(stats, elapsed, sorted(latencies), sync, index_sync) | {
+        "clients": clients,
+        "binlogs_per_call": per_call,
+    }
+
+
+def _storage_result(
+    stats: Any, elapsed: float, latencies: list[float], sync: bool, index_sync: bool
+) -> dict[str, Any]:
     return {
         "mode": ("fsync" if sync else "sync=false") + ("" if index_sync else ", index-sync=false"),
         "binlogs": stats.records,
@@ -297,8 +305,6 @@ async def _storage_run(
         "call_p99_ms": round(latencies[int(len(latencies) * 0.99)] * 1000, 2),
         "group_commits": stats.batches,
         "binlogs_per_group_commit": round(stats.records / max(1, stats.batches), 1),
-        "clients": clients,
-        "binlogs_per_call": per_call,
     }
 
 

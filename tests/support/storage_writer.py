@@ -21,13 +21,41 @@ import asyncio
 import hashlib
 import itertools
 import random
+import re
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from bridge.binlog import Binlog, BinlogType, commit, rollback
 from pump.storage import Storage, StorageConfig
 
 CONFIG = StorageConfig(segment_size=256 * 1024)
+
+
+_ACK = re.compile(r"^ACK ([PCR]) (.*)$")
+
+
+@dataclass
+class Acked:
+    """What the child's ACK lines say was acknowledged."""
+
+    prewrites: set[int] = field(default_factory=set)
+    commits: dict[int, int] = field(default_factory=dict)
+    rollbacks: set[int] = field(default_factory=set)
+
+    def add_output(self, output: str) -> None:
+        for line in output.splitlines():
+            if not (m := _ACK.match(line)):
+                continue
+            kind, values = m.group(1), m.group(2).split()
+            if kind == "P":
+                self.prewrites.update(map(int, values))
+            elif kind == "R":
+                self.rollbacks.update(map(int, values))
+            else:
+                for pair in values:
+                    start_ts, commit_ts = pair.split(":")
+                    self.commits[int(start_ts)] = int(commit_ts)
 
 
 def prewrite_value(start_ts: int) -> bytes:
