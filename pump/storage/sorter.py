@@ -227,6 +227,8 @@ class Sorter:
             self.counters.rolled_back += 1
 
     def _expire_orphans(self) -> None:
+        if not self._orphan_heap:
+            return
         state = self._state
         horizon = state.latest_ts - self._orphan_timeout_ts
         self._clean_heaps()
@@ -252,6 +254,8 @@ class Sorter:
             self._unpaired_heap = list(state.unpaired)
             heapq.heapify(self._unpaired_heap)
         orphans = self._orphan_heap
+        if not orphans:
+            return
         while orphans and state.orphans.get(orphans[0][1]) != orphans[0][0]:
             heapq.heappop(orphans)
         if len(orphans) > 2 * len(state.orphans) + HEAP_SLACK:
