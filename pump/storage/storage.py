@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import lmdb
 from google.protobuf.message import DecodeError
 
 from bridge.binlog import commit, fake_binlog, rollback
@@ -153,6 +154,7 @@ class Storage:
         config = config or StorageConfig()
         data_dir = Path(data_dir)
         lock_fd = _lock_data_dir(data_dir)
+        vlog: ValueLog | None = None
         try:
             vlog = await asyncio.to_thread(
                 ValueLog.open,
@@ -162,8 +164,12 @@ class Storage:
                 ts_of=_ts_of,
             )
             index = Index(data_dir / "kv", map_size=config.index_map_size, sync=config.index_sync)
-        except BaseException:
+        except BaseException as exc:
+            if vlog is not None:
+                vlog.close()
             os.close(lock_fd)
+            if isinstance(exc, OSError | lmdb.Error):
+                raise StorageError(f"{data_dir}: cannot open the pump storage: {exc}") from exc
             raise
         if not config.sync:
             log.warning(

@@ -6,6 +6,7 @@ import os
 import struct
 from pathlib import Path
 
+import google_crc32c
 import pytest
 
 from pump.storage.errors import CorruptLog, RecordGone
@@ -55,8 +56,6 @@ def test_record_layout_is_little_endian_with_crc32c(tmp_path: Path) -> None:
     raw = (tmp_path / segment_name(1)).read_bytes()
     magic, length, checksum = struct.unpack("<IQI", raw[:16])
     assert (magic, length) == (RECORD_MAGIC, 100)
-    import google_crc32c
-
     assert checksum == google_crc32c.value(raw[16:])
 
 
