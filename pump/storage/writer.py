@@ -128,7 +128,7 @@ class GroupCommitter:
         if self._covers(self._applied, end):
             self._ack_through(end, lagging=False)
         elif self._ack_wait <= 0:
-            self._ack_through(end, lagging=True)
+            self._ack_through(end, lagging=False)  # configured to acknowledge at fsync
         else:
             self._loop.call_later(self._ack_wait, self._ack_through, end, True)
 
