@@ -1,6 +1,7 @@
 """Benchmark of the embedded ordered key-value engines a pump's index could use.
 
-Run ``python -m bench.pump_index [--count N] [--batch B]``. For every engine
+Run ``python -m bench.pump_index [--count N] [--batch B]`` (or register the
+module with ``binlog-bridge bench``: it has ``add_arguments`` and ``run``). For every engine
 that imports here (LMDB, RocksDB via rocksdict, LevelDB via plyvel, SQLite) it
 replays the pump index's workload and prints one JSON object per engine and
 durability mode; the last line is the summary: ``value`` is the chosen
@@ -308,41 +309,29 @@ def _storage_result(
     }
 
 
-def storage_main(args: argparse.Namespace) -> int:
+def run_storage(args: argparse.Namespace) -> dict[str, Any]:
     logging.basicConfig(level=logging.ERROR)
     results = []
     for sync, index_sync in ((True, True), (False, False), (True, False)):
         root = Path(tempfile.mkdtemp(prefix="pump-storage-bench-", dir=args.dir))
         try:
-            run = _storage_run(root, sync, index_sync, args.count, args.clients, args.per_call)
-            result = asyncio.run(run)
+            scenario = _storage_run(root, sync, index_sync, args.count, args.clients, args.per_call)
+            result = asyncio.run(scenario)
         finally:
             shutil.rmtree(root, ignore_errors=True)
         results.append(result)
         print(json.dumps(result), flush=True)
     durable, unsynced = results[0], results[1]
-    summary = {
+    return {
         "name": "pump_storage_write",
         "value": durable["binlogs_per_s"],
         "unit": "binlogs/s",
         "ceiling": unsynced["binlogs_per_s"],
         "ratio": round(durable["binlogs_per_s"] / unsynced["binlogs_per_s"], 3),
     }
-    print(json.dumps(summary), flush=True)
-    return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--count", type=int, default=100_000, help="transactions per engine")
-    parser.add_argument("--batch", type=int, default=256, help="transactions per write batch")
-    parser.add_argument("--dir", type=Path, default=None, help="where to put the databases")
-    parser.add_argument("--storage", action="store_true", help="benchmark pump.storage writes instead")
-    parser.add_argument("--clients", type=int, default=64, help="--storage: concurrent clients")
-    parser.add_argument("--per-call", type=int, default=16, help="--storage: binlogs per write call")
-    args = parser.parse_args(argv)
-    if args.storage:
-        return storage_main(args)
+def run_index(args: argparse.Namespace) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="pump-index-bench-", dir=args.dir))
     results: list[Result] = []
     try:
@@ -356,7 +345,27 @@ def main(argv: list[str] | None = None) -> int:
                 print(json.dumps(result.as_json()), flush=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    print(json.dumps(summary(results)), flush=True)
+    return summary(results)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--count", type=int, default=100_000, help="transactions (or --storage: binlogs)")
+    parser.add_argument("--batch", type=int, default=256, help="transactions per index write batch")
+    parser.add_argument("--dir", type=Path, default=None, help="where to put the databases")
+    parser.add_argument("--storage", action="store_true", help="benchmark pump.storage writes instead")
+    parser.add_argument("--clients", type=int, default=64, help="--storage: concurrent clients")
+    parser.add_argument("--per-call", type=int, default=16, help="--storage: binlogs per write call")
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Print one JSON object per engine (or storage mode); return the summary."""
+    return run_storage(args) if args.storage else run_index(args)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_arguments(parser)
+    print(json.dumps(run(parser.parse_args(argv))), flush=True)
     return 0
 
 
