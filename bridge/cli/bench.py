@@ -18,6 +18,7 @@ from typing import Any
 BENCHES: dict[str, str] = {
     "tso": "bench.tso",
     "rowcodec": "bench.rowcodec",
+    "pump-index": "bench.pump_index",
 }
 
 REQUIRED_KEYS = ("name", "value", "unit", "ceiling", "ratio")
