@@ -195,3 +195,28 @@ def check_addr(value: str, key: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ConfigError(f"{key}: expected host:port, got {value!r}")
     return host.strip("[]"), int(port)
+
+
+# Hosts that mean "listen on every interface"; never an address to dial.
+WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", ""})  # noqa: S104 - names hosts, binds nothing
+
+
+def listen_addr(value: str, key: str) -> tuple[str, int]:
+    """``host:port`` to listen on; a bare ``"9100"`` or ``":9100"`` means 127.0.0.1."""
+    value = value.strip()
+    if value.isdigit():
+        value = f"127.0.0.1:{value}"
+    elif value.startswith(":"):
+        value = f"127.0.0.1{value}"
+    return check_addr(value, key)
+
+
+def advertise_addr(addr: str, advertise: str, bound_port: int | None = None) -> str:
+    """The address others dial: ``advertise`` when set, else ``addr`` with the
+    port actually bound when ``addr`` asked for port 0."""
+    if advertise:
+        return advertise
+    host, port = check_addr(addr, "addr")
+    if bound_port is not None and port == 0:
+        port = bound_port
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

@@ -22,13 +22,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from bridge.config import check_addr
+from bridge.config import WILDCARD_HOSTS, advertise_addr, check_addr, listen_addr
 from bridge.errors import ConfigError
 from bridge.grpcutil import SecurityConfig
 
 DEFAULT_ADDR = "127.0.0.1:8248"
 DEFAULT_PREFIX = "/binlog-bridge/v1"
-WILDCARD_HOSTS = {"0.0.0.0", "::", ""}  # noqa: S104 - names listen-everywhere hosts, binds nothing
 
 
 @dataclass
@@ -118,23 +117,11 @@ class MetaConfig:
 
     def status_listen(self) -> tuple[str, int]:
         """Where the metrics HTTP server listens: ``"9100"`` and ``":9100"`` mean 127.0.0.1."""
-        value = self.status_addr.strip()
-        if value.isdigit():
-            value = f"127.0.0.1:{value}"
-        elif value.startswith(":"):
-            value = f"127.0.0.1{value}"
-        return check_addr(value, "status-addr")
+        return listen_addr(self.status_addr, "status-addr")
 
     def advertise(self, bound_port: int | None = None) -> str:
         """The address others dial; with ``addr`` on port 0, the port actually bound."""
-        if self.advertise_addr:
-            return self.advertise_addr
-        host, port = check_addr(self.addr, "addr")
-        if bound_port is not None and port == 0:
-            port = bound_port
-        if ":" in host:
-            return f"[{host}]:{port}"
-        return f"{host}:{port}"
+        return advertise_addr(self.addr, self.advertise_addr, bound_port)
 
     def member_name(self, bound_port: int | None = None) -> str:
         return self.name or f"meta-{self.advertise(bound_port)}"
