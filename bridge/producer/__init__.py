@@ -1,0 +1,1 @@
+"""Producers: the transactional writer over an upstream database (MySQL/MariaDB or SQLite)."""
