@@ -15,6 +15,9 @@
     gc = "7d"                          # keep sealed segments this long; 0 = keep forever
     stop-write-at-available-space = 10737418240   # bytes; below it Prewrites are refused
     status-addr = "127.0.0.1:8251"     # HTTP status, metrics and state control
+    max-message-size = 134217728       # bytes; the largest gRPC message (and so binlog) taken or sent
+
+    [storage]                          # the storage engine, see pump.storage.config.StorageConfig
 
     [resolver]                         # lost commits: how to ask the producer side
     type = "mysql"                     # none | mysql
@@ -23,8 +26,8 @@
 
     [security]                         # TLS for gRPC and HTTP, see bridge.grpcutil.SecurityConfig
 
-The storage engine's own settings live in ``[storage]``, defined beside the
-engine.
+The storage engine's own settings (``[storage]``) are defined beside the
+engine, in :mod:`pump.storage.config`.
 """
 
 from __future__ import annotations
@@ -37,8 +40,9 @@ from typing import Literal
 
 from bridge.config import check_addr
 from bridge.errors import ConfigError
-from bridge.grpcutil import SecurityConfig
+from bridge.grpcutil import DEFAULT_MAX_MESSAGE_BYTES, SecurityConfig
 from bridge.meta.client import split_addrs
+from pump.storage.config import StorageConfig
 
 DEFAULT_ADDR = "127.0.0.1:8250"
 DEFAULT_STATUS_ADDR = "127.0.0.1:8251"
@@ -48,6 +52,8 @@ DEFAULT_STOP_WRITE_BYTES = 10 * GIB
 PASSWORD_ENV = "BRIDGE_RESOLVER_PASSWORD"  # noqa: S105 - the variable's name, not a password
 WILDCARD_HOSTS = {"0.0.0.0", "::", ""}  # noqa: S104 - names listen-everywhere hosts, binds nothing
 MAX_NODE_ID_LEN = 128
+MIN_MESSAGE_BYTES = 1 << 20
+MAX_MESSAGE_BYTES = (1 << 31) - 1  # gRPC keeps message limits in a signed 32-bit int
 _TABLE_NAME_RE = re.compile(r"^[A-Za-z0-9_$]{1,64}$")
 
 ResolverType = Literal["none", "mysql"]
@@ -144,6 +150,11 @@ class PumpConfig:
         default=DEFAULT_STATUS_ADDR,
         metadata={"help": 'HTTP status/metrics/control address; "8251" = 127.0.0.1:8251'},
     )
+    max_message_size: int = field(
+        default=DEFAULT_MAX_MESSAGE_BYTES,
+        metadata={"help": "largest gRPC message in bytes, either way; a binlog must fit in one"},
+    )
+    storage: StorageConfig = field(default_factory=StorageConfig)
     resolver: ResolverConfig = field(default_factory=ResolverConfig)
     security: SecurityConfig = field(default_factory=SecurityConfig)
 
@@ -169,6 +180,11 @@ class PumpConfig:
             raise ConfigError(
                 "stop-write-at-available-space: expected bytes >= 0, "
                 f"got {self.stop_write_at_available_space}"
+            )
+        if not MIN_MESSAGE_BYTES <= self.max_message_size <= MAX_MESSAGE_BYTES:
+            raise ConfigError(
+                f"max-message-size: expected {MIN_MESSAGE_BYTES}..{MAX_MESSAGE_BYTES} bytes, "
+                f"got {self.max_message_size}"
             )
         self.status_listen()
 

@@ -21,6 +21,7 @@ from bridge.errors import BridgeError, UserError
 # `binlog-bridge ctl` does not pay for what `binlog-bridge meta` needs.
 SUBCOMMANDS: dict[str, str] = {
     "meta": "bridge.cli.meta",
+    "pump": "bridge.cli.pump",
     "ctl": "bridge.cli.ctl",
     "bench": "bridge.cli.bench",
 }

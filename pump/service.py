@@ -1,0 +1,353 @@
+"""The Pump gRPC service: producers write binlogs, drainers pull committed transactions.
+
+Writes (``WriteBinlog``, ``WriteBinlogs``):
+
+- The request's ``clusterID`` must be this cluster's, else the whole call is
+  answered with ``errmsg`` and nothing is looked at.
+- Each payload is parsed and checked (:func:`bridge.binlog.parse_binlog`,
+  deep: ``prewrite_value`` and ``ddl_schema_change`` too). A payload that
+  fails gets its own errmsg naming the fault; the others of the call are
+  stored. Only Prewrite, Commit and Rollback binlogs are stored; a fake
+  binlog (a Rollback with ``commit_ts = start_ts``) is refused: only the pump
+  writes those.
+- A probe (``start_ts = commit_ts = 0``) is not stored; it is answered with
+  the pump's refusal of Prewrites ("" when it takes them), so a client
+  returns a pump to rotation only when it takes writes again.
+- Every stored binlog is admitted by the node (:meth:`pump.node.PumpNode.enter_write`):
+  a refused one gets the refusal as its errmsg. An empty errmsg means the
+  binlog is durable.
+
+Pulls (``PullBinlogs``): a wrong ``clusterID`` ends the call with
+``FAILED_PRECONDITION``. ``startFrom.offset`` is the last commit_ts the
+drainer already has (``suffix`` is ignored); the stream then carries, in
+commit_ts order and following new data until the call ends:
+
+- each committed transaction once, as an Entity whose ``payload`` is the
+  Prewrite binlog as the producer sent it re-typed as the Commit (``tp =
+  Commit``, ``commit_ts`` set; the original pump's pulled form, which
+  :func:`bridge.binlog.parse_binlog` accepts), ``meta = {startTs, commitTs}``
+  and ``pos.offset = commit_ts``;
+- watermarks, as Entities carrying a fake binlog (a Rollback with ``start_ts
+  = commit_ts = ts``, the original's form), ``meta = {ts, ts}`` and
+  ``pos.offset = ts``: no committed transaction at or below ``ts`` is still
+  to come from this pump. A watermark never goes down.
+
+``checksum`` is the CRC32C (Castagnoli) of ``payload``, 4 bytes big-endian.
+Entities travel in the repeated ``entities`` field, several per stream
+message (up to the max message size); the single ``entity`` field is never
+set by this pump. :func:`response_entities` reads either form.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import Any, Protocol
+
+import google_crc32c
+import grpc
+
+from bridge.binlog import BinlogType, fake_binlog, is_fake, is_probe, parse_binlog
+from bridge.errors import ProtocolError
+from bridge.proto import binlog_pb2, pump_pb2, pump_pb2_grpc
+from pump import metrics
+from pump.storage import CommittedTxn, PullItem, StorageError
+
+log = logging.getLogger(__name__)
+
+# Plain ints: the enum wrapper's attribute lookup costs more than a parse here.
+_PREWRITE, _COMMIT, _ROLLBACK = BinlogType.Prewrite, BinlogType.Commit, BinlogType.Rollback
+# Binlog types a pump stores -> the metrics label.
+_KINDS = {_PREWRITE: "prewrite", _COMMIT: "commit", _ROLLBACK: "rollback"}
+_ENTITY_OVERHEAD = 64  # bytes an Entity adds to its payload on the wire, generously
+_MESSAGE_SLACK = 64 * 1024
+PULL_MAX_ENTRIES = 1024
+PULL_MAX_BYTES = 4 << 20
+
+
+class WriteAdmission(Protocol):
+    """What the service asks the node before each write (:class:`pump.node.PumpNode`)."""
+
+    def write_refusal(self, prewrite: bool) -> str: ...
+
+    def enter_write(self, prewrite: bool) -> str: ...
+
+    def exit_write(self, prewrite: bool) -> None: ...
+
+
+class BinlogStore(Protocol):
+    """The storage calls the service makes (:class:`pump.storage.Storage`)."""
+
+    async def write(self, binlogs: Sequence[tuple[binlog_pb2.Binlog, bytes]]) -> None: ...
+
+    def pull(
+        self, after_commit_ts: int, *, max_entries: int = ..., max_bytes: int = ...
+    ) -> AsyncIterator[list[PullItem]]: ...
+
+
+def checksum(payload: bytes) -> bytes:
+    """An Entity's checksum: CRC32C of the payload, 4 bytes big-endian."""
+    value: int = google_crc32c.value(payload)
+    return value.to_bytes(4, "big")
+
+
+def txn_entity(txn: CommittedTxn) -> pump_pb2.Entity:
+    payload = txn.commit_payload()
+    return pump_pb2.Entity(
+        pos=pump_pb2.Pos(offset=txn.commit_ts),
+        payload=payload,
+        checksum=checksum(payload),
+        meta=pump_pb2.Meta(startTs=txn.start_ts, commitTs=txn.commit_ts),
+    )
+
+
+def watermark_entity(ts: int) -> pump_pb2.Entity:
+    payload = fake_binlog(ts).SerializeToString()
+    return pump_pb2.Entity(
+        pos=pump_pb2.Pos(offset=ts),
+        payload=payload,
+        checksum=checksum(payload),
+        meta=pump_pb2.Meta(startTs=ts, commitTs=ts),
+    )
+
+
+def response_entities(response: pump_pb2.PullBinlogResp) -> list[pump_pb2.Entity]:
+    """The entities of one stream message, in order, whichever field carries them."""
+    if response.entities:
+        return list(response.entities)
+    return [response.entity] if response.HasField("entity") else []
+
+
+def pack_responses(entities: Sequence[pump_pb2.Entity], limit: int) -> Iterator[pump_pb2.PullBinlogResp]:
+    """Stream messages of several entities each, every one under ``limit`` bytes
+    (an entity larger than that on its own still gets a message)."""
+    batch: list[pump_pb2.Entity] = []
+    size = 0
+    for entity in entities:
+        entity_size = len(entity.payload) + _ENTITY_OVERHEAD
+        if batch and size + entity_size > limit:
+            yield pump_pb2.PullBinlogResp(entities=batch)
+            batch, size = [], 0
+        batch.append(entity)
+        size += entity_size
+    if batch:
+        yield pump_pb2.PullBinlogResp(entities=batch)
+
+
+def read_write_payload(payload: bytes) -> binlog_pb2.Binlog:
+    """The binlog a producer sent, if a pump takes it; :class:`ProtocolError` naming the fault."""
+    binlog = parse_binlog(payload, deep=True)
+    if is_probe(binlog):
+        return binlog
+    if binlog.tp not in _KINDS:
+        name = BinlogType.Name(binlog.tp)
+        raise ProtocolError(f"binlog type {name} (start_ts {binlog.start_ts}) is not stored by a pump")
+    if binlog.tp == _ROLLBACK and is_fake(binlog):
+        raise ProtocolError(
+            f"a Rollback with commit_ts = start_ts ({binlog.start_ts}) is a fake binlog; "
+            "only a pump writes those"
+        )
+    return binlog
+
+
+class _Accepted:
+    """The binlogs of one call admitted for storing, and their positions in the call."""
+
+    def __init__(self) -> None:
+        self.positions: list[int] = []
+        self.binlogs: list[tuple[binlog_pb2.Binlog, bytes]] = []
+        self.prewrites: list[bool] = []
+
+
+class PumpService(pump_pb2_grpc.PumpServicer):
+    """The Pump servicer; see the module docstring for the contract."""
+
+    def __init__(
+        self,
+        cluster_id: int,
+        admission: WriteAdmission,
+        storage: BinlogStore,
+        *,
+        max_message_bytes: int,
+    ) -> None:
+        self._cluster_id = cluster_id
+        self._admission = admission
+        self._storage = storage
+        self._message_limit = max(max_message_bytes - _MESSAGE_SLACK, 1)
+        self._pulls: set[asyncio.Task[Any]] = set()
+
+    def _cluster_problem(self, cluster_id: int) -> str:
+        if cluster_id == self._cluster_id:
+            return ""
+        return (
+            f"cluster id mismatch: this pump belongs to cluster {self._cluster_id}, "
+            f"the request names {cluster_id}"
+        )
+
+    # --- writes ----------------------------------------------------------
+
+    async def WriteBinlog(
+        self, request: pump_pb2.WriteBinlogReq, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pump_pb2.WriteBinlogResp:
+        problem = self._cluster_problem(request.clusterID)
+        if problem:
+            metrics.WRITES.labels("unknown", "refused").inc()
+            return pump_pb2.WriteBinlogResp(errmsg=problem)
+        (errmsg,) = await self.write_payloads([request.payload])
+        return pump_pb2.WriteBinlogResp(errmsg=errmsg)
+
+    async def WriteBinlogs(
+        self, request: pump_pb2.WriteBinlogsReq, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pump_pb2.WriteBinlogsResp:
+        problem = self._cluster_problem(request.clusterID)
+        if problem:
+            metrics.WRITES.labels("unknown", "refused").inc(len(request.payloads))
+            return pump_pb2.WriteBinlogsResp(errmsg=problem)
+        return pump_pb2.WriteBinlogsResp(errmsgs=await self.write_payloads(request.payloads))
+
+    async def write_payloads(self, payloads: Sequence[bytes]) -> list[str]:
+        """Check, admit and store ``payloads``; one errmsg per payload ("" = durable)."""
+        started = time.perf_counter()
+        errmsgs = [""] * len(payloads)
+        tally: Counter[tuple[str, str]] = Counter()
+        accepted = self._admit(payloads, errmsgs, tally)
+        if accepted.binlogs:
+            write = asyncio.ensure_future(self._store(accepted, errmsgs))
+            # If this call is cancelled the write still goes on; admission ends with it.
+            write.add_done_callback(lambda task: self._finish(task, accepted))
+            results = await asyncio.shield(write)
+            elapsed = time.perf_counter() - started
+            for (binlog, _), result in zip(accepted.binlogs, results, strict=True):
+                kind = _KINDS[binlog.tp]
+                tally[kind, result] += 1
+                if result == "ok":
+                    _WRITE_SECONDS[kind].observe(elapsed)
+        for (kind, result), count in tally.items():
+            metrics.WRITES.labels(kind, result).inc(count)
+        return errmsgs
+
+    def _admit(
+        self, payloads: Sequence[bytes], errmsgs: list[str], tally: Counter[tuple[str, str]]
+    ) -> _Accepted:
+        accepted = _Accepted()
+        for position, payload in enumerate(payloads):
+            try:
+                binlog = read_write_payload(payload)
+            except ProtocolError as exc:
+                errmsgs[position] = str(exc)
+                tally["unknown", "invalid"] += 1
+                continue
+            if is_probe(binlog):
+                errmsgs[position] = self._admission.write_refusal(True)
+                continue
+            prewrite = binlog.tp == _PREWRITE
+            refusal = self._admission.enter_write(prewrite)
+            if refusal:
+                errmsgs[position] = refusal
+                tally[_KINDS[binlog.tp], "refused"] += 1
+                continue
+            accepted.positions.append(position)
+            accepted.binlogs.append((binlog, payload))
+            accepted.prewrites.append(prewrite)
+        return accepted
+
+    async def _store(self, accepted: _Accepted, errmsgs: list[str]) -> list[str]:
+        """Store the admitted binlogs; returns each one's result (ok, invalid, error)
+        and writes the errmsg of each that failed."""
+        try:
+            await self._storage.write(accepted.binlogs)
+        except ProtocolError:
+            # The storage checks the whole call before writing any of it; find the culprit.
+            return await self._store_each(accepted, errmsgs)
+        except StorageError as exc:
+            metrics.ERRORS.labels("storage").inc()
+            log.error("writing %d binlogs failed: %s", len(accepted.binlogs), exc)
+            for position in accepted.positions:
+                errmsgs[position] = f"pump storage failed: {exc}"
+            return ["error"] * len(accepted.positions)
+        return ["ok"] * len(accepted.positions)
+
+    async def _store_each(self, accepted: _Accepted, errmsgs: list[str]) -> list[str]:
+        outcomes = await asyncio.gather(
+            *(self._storage.write([binlog]) for binlog in accepted.binlogs), return_exceptions=True
+        )
+        results: list[str] = []
+        for position, outcome in zip(accepted.positions, outcomes, strict=True):
+            if isinstance(outcome, ProtocolError):
+                errmsgs[position], result = str(outcome), "invalid"
+            elif isinstance(outcome, StorageError):
+                errmsgs[position], result = f"pump storage failed: {outcome}", "error"
+            elif isinstance(outcome, BaseException):
+                raise outcome
+            else:
+                result = "ok"
+            results.append(result)
+        return results
+
+    def _finish(self, write: asyncio.Future[list[str]], accepted: _Accepted) -> None:
+        for prewrite in accepted.prewrites:
+            self._admission.exit_write(prewrite)
+        if not write.cancelled() and write.exception() is not None:
+            metrics.ERRORS.labels("storage").inc()
+
+    # --- pulls -----------------------------------------------------------
+
+    async def PullBinlogs(
+        self, request: pump_pb2.PullBinlogReq, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[pump_pb2.PullBinlogResp]:
+        problem = self._cluster_problem(request.clusterID)
+        if problem:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, problem)
+        after = request.startFrom.offset
+        if after < 0:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, f"startFrom.offset must be >= 0, got {after}"
+            )
+        task = asyncio.current_task()
+        if task is not None:
+            self._pulls.add(task)
+        metrics.PULL_STREAMS.inc()
+        log.info("pull from commit_ts %d by %s", after, context.peer())
+        try:
+            async for items in self._storage.pull(
+                after, max_entries=PULL_MAX_ENTRIES, max_bytes=PULL_MAX_BYTES
+            ):
+                for response in pack_responses(self._entities(items), self._message_limit):
+                    yield response
+        except StorageError as exc:
+            metrics.ERRORS.labels("storage").inc()
+            log.error("pull from commit_ts %d failed: %s", after, exc)
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"pump storage failed: {exc}")
+        finally:
+            metrics.PULL_STREAMS.dec()
+            if task is not None:
+                self._pulls.discard(task)
+
+    @staticmethod
+    def _entities(items: Sequence[PullItem]) -> list[pump_pb2.Entity]:
+        entities: list[pump_pb2.Entity] = []
+        txns = 0
+        for item in items:
+            if isinstance(item, CommittedTxn):
+                entities.append(txn_entity(item))
+                txns += 1
+            else:
+                entities.append(watermark_entity(item.ts))
+        _PULLED_BINLOGS.inc(txns)
+        _PULLED_WATERMARKS.inc(len(entities) - txns)
+        return entities
+
+    async def end_pulls(self) -> None:
+        """End every open pull stream (the server is stopping)."""
+        pulls = list(self._pulls)
+        for task in pulls:
+            task.cancel()
+        await asyncio.gather(*pulls, return_exceptions=True)
+
+
+_WRITE_SECONDS = {kind: metrics.WRITE_SECONDS.labels(kind) for kind in _KINDS.values()}
+_PULLED_BINLOGS = metrics.PULL_ENTITIES.labels("binlog")
+_PULLED_WATERMARKS = metrics.PULL_ENTITIES.labels("watermark")
