@@ -36,7 +36,6 @@ from bridge.config import describe
 from bridge.errors import BridgeError, ConfigError, MetaError
 from bridge.grpcutil import add_port, channel_options
 from bridge.meta.client import MetaClient
-from bridge.proto import pump_pb2_grpc
 from pump import metrics
 from pump.admission import PumpState
 from pump.config import PumpConfig
@@ -46,7 +45,7 @@ from pump.http import StatusServer, server_ssl_context
 from pump.join import DrainerNotifier
 from pump.node import NodeSettings, PumpNode
 from pump.resolver import LostCommitSweeper, build_resolver
-from pump.service import PumpService
+from pump.service import PumpService, add_to_server
 from pump.storage import Storage, StorageError
 
 log = logging.getLogger(__name__)
@@ -168,7 +167,7 @@ async def serve(config: PumpConfig, stop: asyncio.Event, ready: Ready = print_re
         port = _bind(server, config)
         node = _build_node(config, cluster_id, port, meta, storage)
         service = PumpService(cluster_id, node, storage, max_message_bytes=config.max_message_size)
-        pump_pb2_grpc.add_PumpServicer_to_server(service, server)  # type: ignore[no-untyped-call]
+        add_to_server(service, server)
         await server.start()
         stack.push_async_callback(_stop_grpc, server, service)
         http = StatusServer(node, *config.status_listen(), server_ssl_context(config.security))

@@ -17,6 +17,9 @@ Writes (``WriteBinlog``, ``WriteBinlogs``):
   a refused one gets the refusal as its errmsg. An empty errmsg means the
   binlog is durable.
 
+A request body that does not parse as the method's request message ends the
+call with ``INVALID_ARGUMENT`` naming the fault (and no traceback in the log).
+
 Pulls (``PullBinlogs``): a wrong ``clusterID`` ends the call with
 ``FAILED_PRECONDITION``. ``startFrom.offset`` is the last commit_ts the
 drainer already has (``suffix`` is ignored); the stream then carries, in
@@ -35,7 +38,7 @@ commit_ts order and following new data until the call ends:
 ``checksum`` is the CRC32C (Castagnoli) of ``payload``, 4 bytes big-endian.
 Entities travel in the repeated ``entities`` field, several per stream
 message (up to the max message size); the single ``entity`` field is never
-set by this pump. :func:`response_entities` reads either form.
+set by this pump. :func:`pump.wire.response_entities` reads either form.
 """
 
 from __future__ import annotations
@@ -44,17 +47,17 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, Protocol
 
-import google_crc32c
 import grpc
 
-from bridge.binlog import BinlogType, fake_binlog, is_fake, is_probe, parse_binlog
+from bridge.binlog import BinlogType, is_fake, is_probe, parse_binlog
 from bridge.errors import ProtocolError
-from bridge.proto import binlog_pb2, pump_pb2, pump_pb2_grpc
+from bridge.proto import binlog_pb2, pump_pb2
 from pump import metrics
 from pump.storage import CommittedTxn, PullItem, StorageError
+from pump.wire import BadRequest, lenient_parser, pack_responses, txn_entity, watermark_entity
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +65,6 @@ log = logging.getLogger(__name__)
 _PREWRITE, _COMMIT, _ROLLBACK = BinlogType.Prewrite, BinlogType.Commit, BinlogType.Rollback
 # Binlog types a pump stores -> the metrics label.
 _KINDS = {_PREWRITE: "prewrite", _COMMIT: "commit", _ROLLBACK: "rollback"}
-_ENTITY_OVERHEAD = 64  # bytes an Entity adds to its payload on the wire, generously
 _MESSAGE_SLACK = 64 * 1024
 PULL_MAX_ENTRIES = 1024
 PULL_MAX_BYTES = 4 << 20
@@ -88,53 +90,36 @@ class BinlogStore(Protocol):
     ) -> AsyncIterator[list[PullItem]]: ...
 
 
-def checksum(payload: bytes) -> bytes:
-    """An Entity's checksum: CRC32C of the payload, 4 bytes big-endian."""
-    value: int = google_crc32c.value(payload)
-    return value.to_bytes(4, "big")
+def add_to_server(service: PumpService, server: grpc.aio.Server) -> None:
+    """Register ``service`` as ``binlog.Pump``; malformed request bodies end
+    their call with INVALID_ARGUMENT naming the fault."""
+    handlers = {
+        "WriteBinlog": grpc.unary_unary_rpc_method_handler(
+            service.WriteBinlog,
+            request_deserializer=lenient_parser(pump_pb2.WriteBinlogReq),
+            response_serializer=pump_pb2.WriteBinlogResp.SerializeToString,
+        ),
+        "WriteBinlogs": grpc.unary_unary_rpc_method_handler(
+            service.WriteBinlogs,
+            request_deserializer=lenient_parser(pump_pb2.WriteBinlogsReq),
+            response_serializer=pump_pb2.WriteBinlogsResp.SerializeToString,
+        ),
+        "PullBinlogs": grpc.unary_stream_rpc_method_handler(
+            service.PullBinlogs,
+            request_deserializer=lenient_parser(pump_pb2.PullBinlogReq),
+            response_serializer=pump_pb2.PullBinlogResp.SerializeToString,
+        ),
+    }
+    service_name = pump_pb2.DESCRIPTOR.services_by_name["Pump"].full_name
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service_name, handlers),))
 
 
-def txn_entity(txn: CommittedTxn) -> pump_pb2.Entity:
-    payload = txn.commit_payload()
-    return pump_pb2.Entity(
-        pos=pump_pb2.Pos(offset=txn.commit_ts),
-        payload=payload,
-        checksum=checksum(payload),
-        meta=pump_pb2.Meta(startTs=txn.start_ts, commitTs=txn.commit_ts),
-    )
-
-
-def watermark_entity(ts: int) -> pump_pb2.Entity:
-    payload = fake_binlog(ts).SerializeToString()
-    return pump_pb2.Entity(
-        pos=pump_pb2.Pos(offset=ts),
-        payload=payload,
-        checksum=checksum(payload),
-        meta=pump_pb2.Meta(startTs=ts, commitTs=ts),
-    )
-
-
-def response_entities(response: pump_pb2.PullBinlogResp) -> list[pump_pb2.Entity]:
-    """The entities of one stream message, in order, whichever field carries them."""
-    if response.entities:
-        return list(response.entities)
-    return [response.entity] if response.HasField("entity") else []
-
-
-def pack_responses(entities: Sequence[pump_pb2.Entity], limit: int) -> Iterator[pump_pb2.PullBinlogResp]:
-    """Stream messages of several entities each, every one under ``limit`` bytes
-    (an entity larger than that on its own still gets a message)."""
-    batch: list[pump_pb2.Entity] = []
-    size = 0
-    for entity in entities:
-        entity_size = len(entity.payload) + _ENTITY_OVERHEAD
-        if batch and size + entity_size > limit:
-            yield pump_pb2.PullBinlogResp(entities=batch)
-            batch, size = [], 0
-        batch.append(entity)
-        size += entity_size
-    if batch:
-        yield pump_pb2.PullBinlogResp(entities=batch)
+async def refuse_bad_request(request: object, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+    """End the call with INVALID_ARGUMENT when the body was not the request message."""
+    if isinstance(request, BadRequest):
+        metrics.ERRORS.labels("bad_request").inc()
+        log.debug("refused a malformed request from %s: %s", context.peer(), request.message)
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.message)
 
 
 def read_write_payload(payload: bytes) -> binlog_pb2.Binlog:
@@ -162,8 +147,9 @@ class _Accepted:
         self.prewrites: list[bool] = []
 
 
-class PumpService(pump_pb2_grpc.PumpServicer):
-    """The Pump servicer; see the module docstring for the contract."""
+class PumpService:
+    """The Pump servicer; see the module docstring for the contract. Register
+    it with :func:`add_to_server`."""
 
     def __init__(
         self,
@@ -192,6 +178,7 @@ class PumpService(pump_pb2_grpc.PumpServicer):
     async def WriteBinlog(
         self, request: pump_pb2.WriteBinlogReq, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pump_pb2.WriteBinlogResp:
+        await refuse_bad_request(request, context)
         problem = self._cluster_problem(request.clusterID)
         if problem:
             metrics.WRITES.labels("unknown", "refused").inc()
@@ -202,6 +189,7 @@ class PumpService(pump_pb2_grpc.PumpServicer):
     async def WriteBinlogs(
         self, request: pump_pb2.WriteBinlogsReq, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pump_pb2.WriteBinlogsResp:
+        await refuse_bad_request(request, context)
         problem = self._cluster_problem(request.clusterID)
         if problem:
             metrics.WRITES.labels("unknown", "refused").inc(len(request.payloads))
@@ -298,6 +286,7 @@ class PumpService(pump_pb2_grpc.PumpServicer):
     async def PullBinlogs(
         self, request: pump_pb2.PullBinlogReq, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[pump_pb2.PullBinlogResp]:
+        await refuse_bad_request(request, context)
         problem = self._cluster_problem(request.clusterID)
         if problem:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, problem)

@@ -13,7 +13,7 @@ import grpc
 from bridge.binlog import Binlog, BinlogType, parse_binlog, prewrite
 from bridge.grpcutil import aio_channel
 from bridge.proto import binlog_pb2, pump_pb2, pump_pb2_grpc
-from pump.service import checksum, response_entities
+from pump.wire import checksum, response_entities
 from tests.support.process import ChildProcess, bridge_cli, free_port
 
 PUMP_TOML = """\
