@@ -219,4 +219,9 @@ def advertise_addr(addr: str, advertise: str, bound_port: int | None = None) -> 
     host, port = check_addr(addr, "addr")
     if bound_port is not None and port == 0:
         port = bound_port
+    return join_host_port(host, port)
+
+
+def join_host_port(host: str, port: int) -> str:
+    """``host:port``, with brackets around an IPv6 host."""
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

@@ -38,7 +38,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from bridge.config import check_addr
+from bridge.config import WILDCARD_HOSTS, advertise_addr, check_addr, join_host_port, listen_addr
 from bridge.errors import ConfigError
 from bridge.grpcutil import DEFAULT_MAX_MESSAGE_BYTES, SecurityConfig
 from bridge.meta.client import split_addrs
@@ -50,7 +50,6 @@ DEFAULT_META = "127.0.0.1:8248"
 GIB = 1 << 30
 DEFAULT_STOP_WRITE_BYTES = 10 * GIB
 PASSWORD_ENV = "BRIDGE_RESOLVER_PASSWORD"  # noqa: S105 - the variable's name, not a password
-WILDCARD_HOSTS = {"0.0.0.0", "::", ""}  # noqa: S104 - names listen-everywhere hosts, binds nothing
 MAX_NODE_ID_LEN = 128
 MIN_MESSAGE_BYTES = 1 << 20
 MAX_MESSAGE_BYTES = (1 << 31) - 1  # gRPC keeps message limits in a signed 32-bit int
@@ -228,21 +227,18 @@ class PumpConfig:
 
     def status_listen(self) -> tuple[str, int]:
         """Where the HTTP server listens: ``"8251"`` and ``":8251"`` mean 127.0.0.1."""
-        value = self.status_addr.strip()
-        if value.isdigit():
-            value = f"127.0.0.1:{value}"
-        elif value.startswith(":"):
-            value = f"127.0.0.1{value}"
-        return check_addr(value, "status-addr")
+        return listen_addr(self.status_addr, "status-addr")
+
+    def status_advertise(self, bound_port: int | None = None) -> str:
+        """The status address others dial: the advertise host when listening on all hosts."""
+        host, port = self.status_listen()
+        if host in WILDCARD_HOSTS:
+            host, _ = check_addr(self.advertise(), "advertise-addr")
+        return advertise_addr(join_host_port(host, port), "", bound_port)
 
     def advertise(self, bound_port: int | None = None) -> str:
         """The address others dial; with ``addr`` on port 0, the port actually bound."""
-        if self.advertise_addr:
-            return self.advertise_addr
-        host, port = check_addr(self.addr, "addr")
-        if bound_port is not None and port == 0:
-            port = bound_port
-        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        return advertise_addr(self.addr, self.advertise_addr, bound_port)
 
     def node_name(self, bound_port: int | None = None) -> str:
         """The registry id: ``node-id``, or ``pump-<advertise address>``."""

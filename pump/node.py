@@ -105,6 +105,7 @@ class NodeSettings:
     ttl_ms: int = 6000
     join_timeout: float = 60.0
     max_txn_timeout: float = 600.0
+    status_addr: str = ""  # the HTTP endpoint `binlog-bridge ctl pause|resume|close` calls
 
     @classmethod
     def from_config(cls, config: PumpConfig, cluster_id: int, bound_port: int | None = None) -> NodeSettings:
@@ -117,6 +118,7 @@ class NodeSettings:
             ttl_ms=config.heartbeat_ttl_ms,
             join_timeout=config.join_timeout,
             max_txn_timeout=config.max_txn_timeout,
+            status_addr=config.status_advertise(),
         )
 
 
@@ -357,6 +359,7 @@ class PumpNode:
             label=self.settings.label,
             max_commit_ts=self._storage.watermark,
             ttl_ms=self.settings.ttl_ms,
+            status_addr=self.settings.status_addr,
         )
 
     async def _heartbeat_now(self) -> None:

@@ -7,6 +7,7 @@ import asyncio
 import sys
 from typing import Any
 
+from bridge.cli.nodectl import STATE_ACTIONS, find_node, post_state
 from bridge.grpcutil import SecurityConfig
 from bridge.meta.client import MetaClient
 from bridge.meta.config import DEFAULT_ADDR
@@ -44,6 +45,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     nodes = actions.add_parser("nodes", help="list registered pumps and drainers")
     nodes.add_argument("--kind", choices=sorted(KIND_CHOICES), help="only this kind of node")
     actions.add_parser("status", help="show the meta member answering, the leader and the cluster id")
+    for action, help_text in STATE_ACTIONS.items():
+        state = actions.add_parser(action, help=help_text)
+        state.add_argument("node_id", help="the node's registry id (see `ctl nodes`)")
     parser.set_defaults(func=run)
     return parser
 
@@ -64,6 +68,10 @@ async def _run(args: argparse.Namespace, security: SecurityConfig) -> int:
             for error in response.errors:
                 print(f"warning: {error}", file=sys.stderr)
             print_table([node_row(n) for n in response.nodes])
+        elif args.action in STATE_ACTIONS:
+            node = await find_node(client, args.node_id)
+            reply = post_state(node, args.action, security)
+            print(f"{args.node_id}: {args.action} accepted; state now {reply.get('state', '?')}")
         else:
             status = await client.status()
             print(f"member:     {status.member_id}")

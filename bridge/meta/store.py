@@ -9,7 +9,8 @@ Node records are JSON in the original registry's shape, so tools that read
 ``/tidb-binlog/v1/pumps/<id>`` style entries can read ours::
 
     {"nodeId": "pump-1", "host": "10.0.0.5:8250", "state": "online", "isAlive": true,
-     "score": 100, "label": "", "maxCommitTS": 4425..., "updateTS": 4425..., "ttlMs": 10000}
+     "score": 100, "label": "", "maxCommitTS": 4425..., "updateTS": 4425..., "ttlMs": 10000,
+     "statusAddr": "10.0.0.5:8251"}
 
 ``isAlive`` is as of the last heartbeat; readers judge liveness from
 ``updateTS`` + ``ttlMs``.
@@ -102,6 +103,7 @@ def node_to_json(status: meta_pb2.NodeStatus) -> bytes:
         "maxCommitTS": status.max_commit_ts,
         "updateTS": status.update_ts,
         "ttlMs": status.ttl_ms,
+        "statusAddr": status.status_addr,
     }
     return json.dumps(record, separators=(",", ":")).encode()
 
@@ -135,4 +137,5 @@ def node_from_json(kind: meta_pb2.NodeKind, raw: bytes) -> meta_pb2.NodeStatus:
         max_commit_ts=_field(record, "maxCommitTS", int, 0),
         update_ts=_field(record, "updateTS", int, 0),
         ttl_ms=_field(record, "ttlMs", int, 0),
+        status_addr=_field(record, "statusAddr", str, ""),
     )

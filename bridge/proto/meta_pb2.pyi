@@ -46,7 +46,7 @@ class TsoResponse(_message.Message):
     def __init__(self, first: _Optional[int] = ..., count: _Optional[int] = ...) -> None: ...
 
 class NodeStatus(_message.Message):
-    __slots__ = ("node_id", "kind", "addr", "state", "is_alive", "score", "label", "max_commit_ts", "update_ts", "ttl_ms")
+    __slots__ = ("node_id", "kind", "addr", "state", "is_alive", "score", "label", "max_commit_ts", "update_ts", "ttl_ms", "status_addr")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     ADDR_FIELD_NUMBER: _ClassVar[int]
@@ -57,6 +57,7 @@ class NodeStatus(_message.Message):
     MAX_COMMIT_TS_FIELD_NUMBER: _ClassVar[int]
     UPDATE_TS_FIELD_NUMBER: _ClassVar[int]
     TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    STATUS_ADDR_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     kind: NodeKind
     addr: str
@@ -67,7 +68,8 @@ class NodeStatus(_message.Message):
     max_commit_ts: int
     update_ts: int
     ttl_ms: int
-    def __init__(self, node_id: _Optional[str] = ..., kind: _Optional[_Union[NodeKind, str]] = ..., addr: _Optional[str] = ..., state: _Optional[_Union[NodeState, str]] = ..., is_alive: _Optional[bool] = ..., score: _Optional[int] = ..., label: _Optional[str] = ..., max_commit_ts: _Optional[int] = ..., update_ts: _Optional[int] = ..., ttl_ms: _Optional[int] = ...) -> None: ...
+    status_addr: str
+    def __init__(self, node_id: _Optional[str] = ..., kind: _Optional[_Union[NodeKind, str]] = ..., addr: _Optional[str] = ..., state: _Optional[_Union[NodeState, str]] = ..., is_alive: _Optional[bool] = ..., score: _Optional[int] = ..., label: _Optional[str] = ..., max_commit_ts: _Optional[int] = ..., update_ts: _Optional[int] = ..., ttl_ms: _Optional[int] = ..., status_addr: _Optional[str] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
     __slots__ = ("cluster_id", "status")
