@@ -163,7 +163,10 @@ async def serve(config: PumpConfig, stop: asyncio.Event, ready: Ready = print_re
         cluster_id = await meta.cluster_id()
         storage = await Storage.open(config.data_dir, config.storage)
         stack.push_async_callback(storage.close)
-        server = grpc.aio.server(options=channel_options(config.max_message_size))
+        # No SO_REUSEPORT: a second pump on the same address must fail, not share it.
+        server = grpc.aio.server(
+            options=[*channel_options(config.max_message_size), ("grpc.so_reuseport", 0)]
+        )
         port = _bind(server, config)
         node = _build_node(config, cluster_id, port, meta, storage)
         service = PumpService(cluster_id, node, storage, max_message_bytes=config.max_message_size)

@@ -151,7 +151,7 @@ async def pull_until(addr: str, cluster_id: int, until_ts: int, after: int = 0) 
     async with aio_channel(addr) as channel:
         stub = pump_pb2_grpc.PumpStub(channel)
         request = pump_pb2.PullBinlogReq(clusterID=cluster_id, startFrom=pump_pb2.Pos(offset=after))
-        call = stub.PullBinlogs(request)
+        call = stub.PullBinlogs(request, wait_for_ready=True)  # a restarted pump may still be in backoff
         async for response in call:
             for entity in response_entities(response):
                 pulled.add(entity)
