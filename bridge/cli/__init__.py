@@ -22,6 +22,7 @@ from bridge.errors import BridgeError, UserError
 SUBCOMMANDS: dict[str, str] = {
     "meta": "bridge.cli.meta",
     "pump": "bridge.cli.pump",
+    "drainer": "bridge.cli.drainer",
     "ctl": "bridge.cli.ctl",
     "bench": "bridge.cli.bench",
 }

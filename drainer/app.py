@@ -1,0 +1,207 @@
+"""Running a drainer: every part wired together, started in order, stopped in reverse.
+
+Start (:func:`serve`)::
+
+    meta service: the cluster id              (MetaUnavailable: the drainer does not start)
+    checkpoint: load it, or initial-commit-ts (CheckpointError: unreadable, another cluster's, locked)
+    schema tracker from the checkpoint's snapshot; the sink built from [sink]
+    gRPC: bind addr (Notify)                  answered once the collector has read the registry
+    HTTP status endpoint
+    node: register ONLINE                     before reading the pumps, so a pump joining from
+                                              now on notifies this drainer
+    collector: read the pumps, start pulling
+    syncer: open the sink at the checkpoint, replicate
+    -> "drainer ready: node_id=... addr=... status=..." on stderr
+
+Then it runs until ``stop`` is set (SIGTERM, SIGINT): the syncer writes what
+it built, flushes and saves a consistent checkpoint, the sink is closed, the
+node registers PAUSED with the final checkpoint. A halt (a transaction the
+drainer cannot replicate), a sink that fails for good or a malformed pump
+stream stops it the same way, keeping the checkpoint below the fault, and
+:func:`serve` raises the error. After SIGKILL the next start resumes from
+the last checkpoint; sinks take the re-delivered events per their contract.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import grpc
+
+from bridge.config import describe
+from bridge.grpcutil import add_port, channel_options
+from bridge.meta.client import MetaClient
+from bridge.proto import drainer_pb2_grpc
+from bridge.tso import physical_ms, to_datetime
+from drainer import metrics
+from drainer.builder import EventBuilder
+from drainer.checkpoint import Checkpoint, CheckpointState, build_checkpoint
+from drainer.collector import Collector
+from drainer.config import DrainerConfig
+from drainer.http import StatusServer
+from drainer.merger import MergeFeed, Merger
+from drainer.pull import PumpPuller
+from drainer.schema import SchemaTracker
+from drainer.server import CisternService, DrainerNode, NodeSettings
+from drainer.sinks.registry import build_sink
+from drainer.syncer import Syncer, SyncSettings
+
+log = logging.getLogger(__name__)
+
+STOP_GRACE = 2.0
+
+Ready = Callable[[str], None]
+
+
+def print_ready(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def lag_seconds(ts: int, now: float | None = None) -> float | None:
+    """Seconds between ``now`` and the physical time of ``ts`` (None for ts 0)."""
+    if ts <= 0:
+        return None
+    return max((now if now is not None else time.time()) - physical_ms(ts) / 1000, 0.0)
+
+
+def starting_state(checkpoint: Checkpoint, initial_commit_ts: int) -> CheckpointState:
+    state = checkpoint.load()
+    if state is None:
+        log.info(
+            "no checkpoint in %s: starting after initial-commit-ts %d",
+            checkpoint.describe(),
+            initial_commit_ts,
+        )
+        return CheckpointState(initial_commit_ts)
+    log.info(
+        "checkpoint in %s: resuming after commit_ts %d (%s)",
+        checkpoint.describe(),
+        state.commit_ts,
+        "clean stop" if state.consistent else "not a clean stop; the sink may see events again",
+    )
+    return state
+
+
+class Drainer:
+    """The parts of one running drainer (what ``/status`` reports on)."""
+
+    def __init__(
+        self, config: DrainerConfig, cluster_id: int, meta: MetaClient, checkpoint: Checkpoint
+    ) -> None:
+        self.config = config
+        self.cluster_id = cluster_id
+        data_dir = Path(config.data_dir)
+        start = starting_state(checkpoint, config.initial_commit_ts)
+        tracker = SchemaTracker.restore(start.schema)
+        filters = config.filter
+        builder = EventBuilder(tracker, filters.table_filter(), frozenset(filters.ignore_txn_commit_ts))
+        sink = build_sink(config.sink.types, config.sink.tables, data_dir)
+        self.merger = Merger(start.commit_ts, max_bytes=config.pump_buffer_bytes)
+        self.feed = MergeFeed(self.merger)
+        self.syncer = Syncer(self.feed, builder, sink, checkpoint, start, SyncSettings.from_config(config))
+        self.server = grpc.aio.server(options=channel_options(config.max_message_size))
+        port = add_port(self.server, config.addr, config.security)
+        settings = NodeSettings(
+            node_id=config.node_name(port),
+            addr=config.advertise(port),
+            cluster_id=cluster_id,
+            heartbeat_interval=config.heartbeat_interval,
+            ttl_ms=config.heartbeat_ttl_ms,
+        )
+        self.node = DrainerNode(settings, meta, lambda: self.syncer.checkpoint_ts)
+        self.collector = Collector(meta, self.feed, self._puller, lambda: self.node.reported_ts)
+        service = CisternService(self.collector)
+        drainer_pb2_grpc.add_CisternServicer_to_server(service, self.server)  # type: ignore[no-untyped-call]
+        self.http = StatusServer(self.status, self.refresh_metrics, *config.status_listen())
+
+    def _puller(self, name: str, addr: str) -> PumpPuller:
+        config = self.config
+        return PumpPuller(name, addr, self.cluster_id, self.feed, config.security, config.max_message_size)
+
+    def refresh_metrics(self) -> None:
+        self.collector.refresh_metrics()
+        lag = lag_seconds(self.syncer.checkpoint_ts)
+        metrics.LAG_SECONDS.set(lag if lag is not None else float("nan"))
+
+    def status(self) -> dict[str, object]:
+        self.refresh_metrics()
+        checkpoint_ts = self.syncer.checkpoint_ts
+        failed = self.collector.failed
+        return {
+            "node_id": self.node.node_id,
+            "addr": self.node.settings.addr,
+            "cluster_id": self.cluster_id,
+            "state": self.node.state,
+            "checkpoint_ts": checkpoint_ts,
+            "checkpoint_time": to_datetime(checkpoint_ts).isoformat() if checkpoint_ts else None,
+            "lag_seconds": lag_seconds(checkpoint_ts),
+            "resolved_ts": self.merger.resolved,
+            "duplicates_dropped": self.merger.duplicates,
+            "pumps": self.collector.status(),
+            "sink": self.syncer.status(),
+            "errors": {
+                "heartbeat": self.node.last_error or None,
+                "halted": str(self.syncer.halted) if self.syncer.halted else None,
+                "pull": str(failed.exception()) if failed.done() and not failed.cancelled() else None,
+            },
+        }
+
+
+async def serve(config: DrainerConfig, stop: asyncio.Event, ready: Ready = print_ready) -> None:
+    """Run the drainer until ``stop`` is set; see the module docstring."""
+    for line in describe(config):
+        log.info("config: %s", line)
+    Path(config.data_dir).mkdir(parents=True, exist_ok=True)
+    async with contextlib.AsyncExitStack() as stack:
+        meta = MetaClient(config.meta_addrs(), config.security)
+        stack.push_async_callback(meta.close)
+        cluster_id = await meta.cluster_id()
+        checkpoint = build_checkpoint(config.checkpoint.table(), Path(config.data_dir), cluster_id)
+        stack.callback(checkpoint.close)
+        drainer = Drainer(config, cluster_id, meta, checkpoint)
+        await drainer.server.start()
+        stack.push_async_callback(drainer.server.stop, STOP_GRACE)
+        await drainer.http.start()
+        stack.push_async_callback(drainer.http.stop)
+        await drainer.node.start()
+        stack.push_async_callback(drainer.node.stop)
+        await drainer.collector.start()
+        stack.push_async_callback(drainer.collector.stop)
+        syncing = asyncio.create_task(drainer.syncer.run(), name="drainer-syncer")
+        host, _ = config.status_listen()
+        ready(
+            f"drainer ready: node_id={drainer.node.node_id} addr={drainer.node.settings.addr} "
+            f"status={host}:{drainer.http.port}"
+        )
+        await _run_until_stopped(drainer, syncing, stop)
+
+
+async def _run_until_stopped(drainer: Drainer, syncing: asyncio.Task[None], stop: asyncio.Event) -> None:
+    stopping: asyncio.Future[None] = asyncio.ensure_future(_wait(stop))
+    try:
+        waits: set[asyncio.Future[None]] = {syncing, stopping, drainer.collector.failed}
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+    if not syncing.done():
+        if stop.is_set():
+            log.info("stopping: writing what is built, flushing, saving the checkpoint")
+        drainer.syncer.stop()
+    await syncing
+    log.info(
+        "drainer %s stopped at checkpoint commit_ts %d", drainer.node.node_id, drainer.syncer.checkpoint_ts
+    )
+    failed = drainer.collector.failed
+    error = failed.exception() if failed.done() and not failed.cancelled() else None
+    if error is not None:
+        raise error
+
+
+async def _wait(event: asyncio.Event) -> None:
+    await event.wait()

@@ -1,0 +1,258 @@
+"""Configuration of ``binlog-bridge drainer``: one TOML file, flags on top.
+
+::
+
+    addr = "127.0.0.1:8249"            # gRPC listen address (the Cistern service pumps Notify)
+    advertise-addr = ""                # what pumps dial; default = addr
+    node-id = ""                       # registry id; default "drainer-<advertise-addr>"
+    meta = "127.0.0.1:8248"            # meta service members, comma-separated
+    data-dir = "./var/drainer"         # checkpoint and sink files
+    status-addr = "127.0.0.1:8252"     # HTTP /status and /metrics
+    initial-commit-ts = 0              # where a drainer without a checkpoint starts; 0 = the beginning
+
+    [filter]                           # do-db, do-table, ignore-db, ignore-table, ignore-txn-commit-ts
+    [checkpoint]                       # type = "file" (+ that type's keys)
+    [sink]                             # type = "sqlite" | "file" | [...]; [sink.<type>] per sink
+    [security]                         # TLS, see bridge.grpcutil.SecurityConfig
+
+``[checkpoint]`` and ``[sink]`` hold a ``type`` and tables of the chosen
+implementation's own keys, which that implementation checks
+(:mod:`drainer.checkpoint`, :mod:`drainer.sinks.registry`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bridge.config import build, check_addr, merge_overrides, read_toml
+from bridge.errors import ConfigError
+from bridge.grpcutil import DEFAULT_MAX_MESSAGE_BYTES, SecurityConfig
+from bridge.meta.client import split_addrs
+from drainer.filter import TableFilter
+
+DEFAULT_ADDR = "127.0.0.1:8249"
+DEFAULT_STATUS_ADDR = "127.0.0.1:8252"
+DEFAULT_META = "127.0.0.1:8248"
+WILDCARD_HOSTS = {"0.0.0.0", "::", ""}  # noqa: S104 - names listen-everywhere hosts, binds nothing
+MIB = 1 << 20
+
+
+@dataclass
+class FilterConfig:
+    """``[filter]``: what is replicated and which transactions are skipped (drainer.filter)."""
+
+    do_db: list[str] = field(default_factory=list, metadata={"help": "replicate only these databases"})
+    do_table: list[str] = field(
+        default_factory=list, metadata={"help": 'replicate only these tables, "db.table"'}
+    )
+    ignore_db: list[str] = field(default_factory=list, metadata={"help": "never replicate these databases"})
+    ignore_table: list[str] = field(
+        default_factory=list, metadata={"help": 'never replicate these tables, "db.table"'}
+    )
+    ignore_txn_commit_ts: list[int] = field(
+        default_factory=list, metadata={"help": "commit_ts of transactions (DML or DDL) to skip, logged"}
+    )
+
+    def validate(self) -> None:
+        self.table_filter()
+        for i, ts in enumerate(self.ignore_txn_commit_ts):
+            if ts <= 0:
+                raise ConfigError(
+                    f"filter.ignore-txn-commit-ts[{i}]: expected a positive commit_ts, got {ts}"
+                )
+
+    def table_filter(self) -> TableFilter:
+        return TableFilter(self.do_db, self.do_table, self.ignore_db, self.ignore_table)
+
+
+@dataclass
+class CheckpointConfig:
+    """``[checkpoint]``: where the checkpoint is kept (drainer.checkpoint)."""
+
+    type: str = field(default="file", metadata={"help": "file; the type's own keys sit beside it"})
+    options: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
+
+    def table(self) -> dict[str, Any]:
+        return {"type": self.type, **self.options}
+
+
+@dataclass
+class SinkConfig:
+    """``[sink]``: where the change stream goes; ``[sink.<type>]`` configures each sink."""
+
+    type: str | list[str] = field(
+        default="sqlite", metadata={"help": 'sink name, or a list of names: "sqlite", "file", ...'}
+    )
+    tables: dict[str, dict[str, Any]] = field(default_factory=dict, init=False, repr=False)
+
+    @property
+    def types(self) -> list[str]:
+        return [self.type] if isinstance(self.type, str) else list(self.type)
+
+    def validate(self) -> None:
+        if not self.types or any(not t for t in self.types):
+            raise ConfigError('sink.type: name at least one sink, e.g. type = "sqlite"')
+        if len(set(self.types)) != len(self.types):
+            raise ConfigError(f"sink.type: a sink is named twice in {self.types}")
+
+
+def _positive(key: str, value: float, low: float, high: float) -> None:
+    if not low <= value <= high:
+        raise ConfigError(f"{key}: expected {low:g}..{high:g}, got {value:g}")
+
+
+@dataclass
+class DrainerConfig:
+    """The drainer: merges every pump's stream by commit_ts and drives the sink."""
+
+    addr: str = field(default=DEFAULT_ADDR, metadata={"help": "gRPC listen address host:port (Notify)"})
+    advertise_addr: str = field(default="", metadata={"help": "address pumps dial; default addr"})
+    node_id: str = field(default="", metadata={"help": "registry id; default drainer-<advertise-addr>"})
+    meta: str = field(
+        default=DEFAULT_META, metadata={"help": "meta service members host:port, comma-separated"}
+    )
+    data_dir: str = field(default="./var/drainer", metadata={"help": "checkpoint and sink files"})
+    status_addr: str = field(
+        default=DEFAULT_STATUS_ADDR, metadata={"help": 'HTTP /status and /metrics; "8252" = 127.0.0.1:8252'}
+    )
+    initial_commit_ts: int = field(
+        default=0, metadata={"help": "where a drainer without a checkpoint starts; 0 = from the beginning"}
+    )
+    heartbeat_interval: float = field(
+        default=2.0, metadata={"duration": True, "help": "registry heartbeat period; TTL = 3x this"}
+    )
+    flush_interval: float = field(
+        default=1.0, metadata={"duration": True, "help": "longest time written events wait for sink.flush()"}
+    )
+    checkpoint_interval: float = field(
+        default=3.0, metadata={"duration": True, "help": "how often the checkpoint is saved (and after DDL)"}
+    )
+    resolved_interval: float = field(
+        default=1.0, metadata={"duration": True, "help": "how often a resolved-ts event goes to the sink"}
+    )
+    txn_batch: int = field(default=256, metadata={"help": "most events per sink.write() call"})
+    flush_events: int = field(default=4096, metadata={"help": "flush once this many events are unflushed"})
+    flush_bytes: int = field(
+        default=64 * MIB, metadata={"help": "flush once this many payload bytes are unflushed"}
+    )
+    pump_buffer_bytes: int = field(
+        default=64 * MIB, metadata={"help": "payload bytes pulled per pump ahead of the merge"}
+    )
+    queue_bytes: int = field(
+        default=64 * MIB, metadata={"help": "payload bytes of built events waiting for the sink thread"}
+    )
+    max_message_size: int = field(
+        default=DEFAULT_MAX_MESSAGE_BYTES, metadata={"help": "largest gRPC message in bytes (and so binlog)"}
+    )
+    filter: FilterConfig = field(default_factory=FilterConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    sink: SinkConfig = field(default_factory=SinkConfig)
+    security: SecurityConfig = field(default_factory=SecurityConfig)
+
+    def validate(self) -> None:
+        host, _ = check_addr(self.addr, "addr")
+        if self.advertise_addr:
+            adv_host, adv_port = check_addr(self.advertise_addr, "advertise-addr")
+            if adv_host in WILDCARD_HOSTS or adv_port == 0:
+                raise ConfigError(
+                    f"advertise-addr: must name a reachable host and port, got {self.advertise_addr!r}"
+                )
+        elif host in WILDCARD_HOSTS:
+            raise ConfigError(f"advertise-addr: required when addr listens on {host or 'all hosts'}")
+        if not split_addrs(self.meta):
+            raise ConfigError("meta: expected host:port[,host:port...], got an empty value")
+        for member in split_addrs(self.meta):
+            check_addr(member, "meta")
+        if not self.data_dir:
+            raise ConfigError("data-dir: must not be empty")
+        if self.initial_commit_ts < 0:
+            raise ConfigError(f"initial-commit-ts: expected a commit_ts >= 0, got {self.initial_commit_ts}")
+        if self.node_id and ("/" in self.node_id or not self.node_id.isprintable() or " " in self.node_id):
+            raise ConfigError(
+                f"node-id: expected printable characters without '/' or spaces, got {self.node_id!r}"
+            )
+        self._validate_tuning()
+        self.status_listen()
+
+    def _validate_tuning(self) -> None:
+        _positive("heartbeat-interval", self.heartbeat_interval, 0.05, 60)
+        _positive("flush-interval", self.flush_interval, 0.001, 600)
+        _positive("checkpoint-interval", self.checkpoint_interval, 0.001, 3600)
+        _positive("resolved-interval", self.resolved_interval, 0.001, 600)
+        _positive("txn-batch", self.txn_batch, 1, 1 << 20)
+        _positive("flush-events", self.flush_events, 1, 1 << 24)
+        _positive("flush-bytes", self.flush_bytes, MIB, 1 << 40)
+        _positive("pump-buffer-bytes", self.pump_buffer_bytes, MIB, 1 << 40)
+        _positive("queue-bytes", self.queue_bytes, MIB, 1 << 40)
+        _positive("max-message-size", self.max_message_size, MIB, (1 << 31) - 1)
+
+    @property
+    def heartbeat_ttl_ms(self) -> int:
+        return max(int(self.heartbeat_interval * 3000), 150)
+
+    def meta_addrs(self) -> list[str]:
+        return split_addrs(self.meta)
+
+    def status_listen(self) -> tuple[str, int]:
+        """Where the HTTP server listens: ``"8252"`` and ``":8252"`` mean 127.0.0.1."""
+        value = self.status_addr.strip()
+        if value.isdigit():
+            value = f"127.0.0.1:{value}"
+        elif value.startswith(":"):
+            value = f"127.0.0.1{value}"
+        return check_addr(value, "status-addr")
+
+    def advertise(self, bound_port: int | None = None) -> str:
+        """The address pumps dial; with ``addr`` on port 0, the port actually bound."""
+        if self.advertise_addr:
+            return self.advertise_addr
+        host, port = check_addr(self.addr, "addr")
+        if bound_port is not None and port == 0:
+            port = bound_port
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+    def node_name(self, bound_port: int | None = None) -> str:
+        return self.node_id or f"drainer-{self.advertise(bound_port)}"
+
+
+def _split_table(data: Mapping[str, Any], key: str) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """A table's plain keys and its sub-tables."""
+    section = data.get(key, {})
+    if not isinstance(section, Mapping):
+        raise ConfigError(f"{key}: expected a table [{key}], got {section!r}")
+    plain = {k: v for k, v in section.items() if not isinstance(v, Mapping)}
+    tables = {k: dict(v) for k, v in section.items() if isinstance(v, Mapping)}
+    return plain, tables
+
+
+def config_from_dict(data: Mapping[str, Any]) -> DrainerConfig:
+    """Build and check a :class:`DrainerConfig` from TOML data (flags merged in)."""
+    rest = {k: v for k, v in data.items() if k not in ("sink", "checkpoint")}
+    sink_keys, sink_tables = _split_table(data, "sink")
+    checkpoint_keys, checkpoint_tables = _split_table(data, "checkpoint")
+    if checkpoint_tables:
+        raise ConfigError(f"checkpoint.{next(iter(checkpoint_tables))}: unexpected table in [checkpoint]")
+    config = build(DrainerConfig, rest)
+    config.sink = build(SinkConfig, sink_keys, prefix="sink.")
+    config.sink.tables = sink_tables
+    unknown = sorted(set(sink_tables) - set(config.sink.types))
+    if unknown:
+        raise ConfigError(f"sink.{unknown[0]}: a table for a sink that sink.type does not name")
+    config.checkpoint = build(CheckpointConfig, {"type": checkpoint_keys.pop("type", "file")}, "checkpoint.")
+    config.checkpoint.options = checkpoint_keys
+    return config
+
+
+def load_config(path: Path | None, overrides: Mapping[str, Any] | None = None) -> DrainerConfig:
+    """Load the drainer's config from an optional TOML file with flag overrides on top."""
+    data = read_toml(path) if path is not None else {}
+    data = merge_overrides(data, overrides or {})
+    try:
+        return config_from_dict(data)
+    except ConfigError as exc:
+        if path is not None:
+            raise ConfigError(f"{path}: {exc}") from None
+        raise
