@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import sys
 import time
@@ -176,6 +177,8 @@ async def serve(config: PumpConfig, stop: asyncio.Event, ready: Ready = print_re
         http = StatusServer(node, *config.status_listen(), server_ssl_context(config.security))
         await http.start()
         stack.push_async_callback(http.stop)
+        # The registry shows the status port actually bound (status-addr may name port 0).
+        node.settings = dataclasses.replace(node.settings, status_addr=config.status_advertise(http.port))
         await _start_background(stack, config, meta, storage, node)
         stack.push_async_callback(node.stop)
         if not await _first(node.start(), stop):

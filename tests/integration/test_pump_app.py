@@ -71,12 +71,12 @@ async def write_one(meta_addr: str) -> tuple[int, int, int]:
         return client.cluster_id, start_ts, commit_ts
 
 
-async def registry_state(meta_addr: str, node_id: str) -> str:
+async def registry_entry(meta_addr: str, node_id: str) -> meta_pb2.NodeStatus:
     async with MetaClient(meta_addr) as meta:
         for node in (await meta.list_nodes(meta_pb2.PUMP)).nodes:
             if node.node_id == node_id:
-                return meta_pb2.NodeState.Name(node.state)
-    return "absent"
+                return node
+    raise AssertionError(f"{node_id} is not in the registry")
 
 
 def test_an_idle_pump_moves_its_watermark_and_reports_it(cluster: Cluster) -> None:
@@ -94,6 +94,8 @@ def test_an_idle_pump_moves_its_watermark_and_reports_it(cluster: Cluster) -> No
     text = cluster.metrics()
     assert 'bridge_pump_writes_total{result="ok",type="fake"}' in text
     assert "bridge_pump_storage_bytes" in text
+    entry = run(registry_entry(cluster.meta_addr, cluster.pump.node_id))
+    assert (entry.addr, entry.status_addr) == (cluster.pump.addr, f"127.0.0.1:{cluster.pump.status_port}")
 
 
 def test_sigterm_stops_cleanly_and_a_restart_goes_online_with_the_data(cluster: Cluster) -> None:
@@ -113,7 +115,7 @@ def test_close_takes_the_pump_offline_and_the_process_exits(cluster: Cluster) ->
     assert cluster.pump.child is not None
     assert cluster.pump.child.wait(timeout=HANG_GUARD) == 0
     assert "is offline: exiting" in cluster.pump.output
-    assert run(registry_state(cluster.meta_addr, cluster.pump.node_id)) == "OFFLINE"
+    assert run(registry_entry(cluster.meta_addr, cluster.pump.node_id)).state == meta_pb2.OFFLINE
 
 
 def test_start_up_errors_name_their_cause(cluster: Cluster, tmp_path: Path) -> None:
