@@ -25,6 +25,8 @@ SUBCOMMANDS: dict[str, str] = {
     "drainer": "bridge.cli.drainer",
     "ctl": "bridge.cli.ctl",
     "bench": "bridge.cli.bench",
+    "diff": "bridge.cli.diff",
+    "replay": "bridge.cli.replay",
 }
 
 

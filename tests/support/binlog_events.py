@@ -74,15 +74,21 @@ class EventStream:
         start_ts, commit_ts = self._next()
         self._job += 1
         text = query or f"-- {Change.Kind.Name(change.kind)} {change.db}.{change.table}"
-        built = self.builder.build(self._pulled(ddl_prewrite(start_ts, text, self._job, change), start_ts, commit_ts))
+        built = self.builder.build(
+            self._pulled(ddl_prewrite(start_ts, text, self._job, change), start_ts, commit_ts)
+        )
         assert isinstance(built.event, DDLEvent)
         return built.event
 
     def create(self, schema: row_pb2.TableSchema) -> DDLEvent:
-        return self.ddl(Change(kind=Change.CREATE_TABLE, db=schema.db, table=schema.table, table_schema=schema))
+        return self.ddl(
+            Change(kind=Change.CREATE_TABLE, db=schema.db, table=schema.table, table_schema=schema)
+        )
 
     def alter(self, schema: row_pb2.TableSchema) -> DDLEvent:
-        return self.ddl(Change(kind=Change.ALTER_TABLE, db=schema.db, table=schema.table, table_schema=schema))
+        return self.ddl(
+            Change(kind=Change.ALTER_TABLE, db=schema.db, table=schema.table, table_schema=schema)
+        )
 
     def schema(self, db: str, table: str) -> row_pb2.TableSchema:
         tracked = self.tracker.find(db, table)

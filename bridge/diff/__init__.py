@@ -1,0 +1,102 @@
+"""``binlog-bridge diff``: does a downstream equal its upstream, table by table?
+
+Library use (the demo and the end-to-end tests call it)::
+
+    from bridge.diff import diff
+    report = diff("sqlite:///var/up.db", "sqlite:///var/drainer/sqlite", tables=["main.t"])
+    assert report.equal, "\\n".join(report.lines())
+
+How tables are compared: :mod:`bridge.diff.compare`; how values from
+different databases are made comparable: :mod:`bridge.diff.normalize`; which
+DSNs are understood and which tables are skipped: :mod:`bridge.diff.sources`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from bridge.diff.compare import DiffOptions, Progress, compare_table
+from bridge.diff.report import DiffReport, TableReport
+from bridge.diff.sources import Source, open_source
+
+__all__ = ["DiffOptions", "DiffReport", "TableReport", "diff", "diff_sources"]
+
+Pair = tuple[str, tuple[str, str] | None, tuple[str, str] | None]
+
+
+def diff(
+    upstream: str,
+    downstream: str,
+    tables: Sequence[str] | None = None,
+    *,
+    chunk_size: int = 10_000,
+    max_examples: int = 10,
+    progress: Progress | None = None,
+) -> DiffReport:
+    """Compare the tables of two databases given by DSN; ``tables`` limits it (``db.t`` or ``t``)."""
+    options = DiffOptions(chunk_size=chunk_size, max_examples=max_examples, progress=progress)
+    up = open_source(upstream, "--upstream")
+    try:
+        down = open_source(downstream, "--downstream")
+        try:
+            return diff_sources(up, down, tables, options)
+        finally:
+            down.close()
+    finally:
+        up.close()
+
+
+def diff_sources(
+    up: Source, down: Source, tables: Sequence[str] | None = None, options: DiffOptions | None = None
+) -> DiffReport:
+    options = options or DiffOptions()
+    started = time.monotonic()
+    report = DiffReport(up.label, down.label)
+    for name, up_ref, down_ref in pair_tables(up.tables(), down.tables(), tables):
+        table = TableReport(name)
+        report.tables.append(table)
+        if up_ref is None or down_ref is None:
+            missing = (
+                "the table is missing downstream" if down_ref is None else "the table exists only downstream"
+            )
+            table.notes.append(missing)
+            continue
+        compare_table(up, down, up.table_info(*up_ref), down.table_info(*down_ref), table, options)
+        if options.progress is not None:
+            options.progress(table.lines()[0])
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def pair_tables(
+    up: list[tuple[str, str]], down: list[tuple[str, str]], wanted: Sequence[str] | None
+) -> list[Pair]:
+    """Match tables by name; by database and name when either side spans several databases.
+
+    ``wanted`` entries are ``db.table`` or ``table``; a ``db`` part is compared
+    with either side's database, so ``shop.orders`` also selects ``orders`` of a
+    single SQLite file (database ``main``).
+    """
+    single = len({db for db, _ in up}) <= 1 and len({db for db, _ in down}) <= 1
+
+    def key(ref: tuple[str, str]) -> tuple[str, str]:
+        return ("", ref[1].lower()) if single else (ref[0].lower(), ref[1].lower())
+
+    up_by, down_by = {key(r): r for r in up}, {key(r): r for r in down}
+    pairs: list[Pair] = []
+    for k in sorted(up_by.keys() | down_by.keys()):
+        up_ref, down_ref = up_by.get(k), down_by.get(k)
+        shown = up_ref or down_ref
+        assert shown is not None
+        if wanted is None or _selected(wanted, [r for r in (up_ref, down_ref) if r is not None], single):
+            pairs.append((f"{shown[0]}.{shown[1]}", up_ref, down_ref))
+    return pairs
+
+
+def _selected(wanted: Sequence[str], refs: list[tuple[str, str]], by_name: bool) -> bool:
+    for entry in wanted:
+        db, _, table = entry.lower().rpartition(".")
+        if any(table == t.lower() and (not db or by_name or db == d.lower()) for d, t in refs):
+            return True
+    return False
