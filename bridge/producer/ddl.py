@@ -1,0 +1,186 @@
+"""DDL through the writer: run it upstream and emit its DDL binlog with the resulting schema.
+
+The flow, for one statement (:class:`DdlRunner.run`):
+
+1. recognise it (:func:`bridge.producer.ddlparse.parse_ddl`) and open the
+   *bookkeeping* transaction: lock the table's ``bridge_schema`` row
+   exclusively (every DML on the table waits from here on), or reserve a new
+   table id for a CREATE;
+2. take start_ts; execute the statement; describe the table it left and give
+   it ids (:func:`bridge.producer.catalog.assign_ids`: columns keep theirs,
+   new ones take fresh ones);
+3. write the DDL Prewrite (``ddl_job_id`` = start_ts, ``ddl_schema_change``
+   = a ``SchemaChange`` with the resulting ``TableSchema``, unset for a drop);
+4. take commit_ts; save the schema (version = commit_ts) and the
+   ``bridge_txn_status`` row in the bookkeeping transaction; COMMIT it —
+   only now may DML on the table go on, and its commit_ts is above ours;
+5. write the Commit binlog.
+
+On SQLite the statement runs inside the bookkeeping transaction, so any
+failure rolls the DDL back too (a Rollback binlog follows a written
+Prewrite). MySQL commits a DDL implicitly, so it runs on a second connection
+and cannot be undone: if its Prewrite cannot be written the writer raises
+:class:`DdlNotLogged`, and DML on the table then stops with
+:class:`SchemaDrift` until an operator reconciles upstream and downstream.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from bridge import binlog
+from bridge.errors import BridgeError
+from bridge.producer.catalog import Catalog, assign_ids
+from bridge.producer.ddlparse import DdlStatement, Kind, parse_ddl
+from bridge.producer.errors import (
+    CommitFailed,
+    DdlNotLogged,
+    PrewriteFailed,
+    UnknownTable,
+    UpstreamError,
+)
+from bridge.producer.status import record_commit
+from bridge.producer.txnlog import BinlogSink, prewrite_key, send_second_phase
+from bridge.producer.upstream import Session, SessionPool, Upstream
+from bridge.proto import row_pb2
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DdlResult:
+    """A DDL that committed: its timestamps and the SchemaChange its binlog carried."""
+
+    start_ts: int
+    commit_ts: int
+    change: row_pb2.SchemaChange
+
+
+@dataclass
+class _Plan:
+    statement: DdlStatement
+    sql: str
+    table_id: int
+    previous: row_pb2.TableSchema | None
+    start_ts: int = 0
+
+
+class DdlRunner:
+    """Runs DDL statements for a :class:`~bridge.producer.writer.TxnWriter`; thread-safe."""
+
+    def __init__(self, upstream: Upstream, catalog: Catalog, pumps: BinlogSink, pool: SessionPool) -> None:
+        self._upstream = upstream
+        self._catalog = catalog
+        self._pumps = pumps
+        self._pool = pool
+
+    def run(self, sql: str) -> DdlResult | None:
+        """Execute one DDL and emit its binlogs; None when IF [NOT] EXISTS made it a no-op."""
+        statement = parse_ddl(sql, self._upstream.database)
+        with self._pool.session() as book:
+            if self._upstream.transactional_ddl:
+                return self._run(statement, sql, book, book)
+            with self._pool.session() as executor:
+                return self._run(statement, sql, book, executor)
+
+    def _run(self, statement: DdlStatement, sql: str, book: Session, executor: Session) -> DdlResult | None:
+        book.begin()
+        try:
+            plan = self._plan(statement, sql, book)
+            if plan is None:
+                book.rollback()
+                return None
+            plan.start_ts = self._pumps.get_timestamp()
+            executor.execute(sql)
+            change = self._schema_change(plan, executor)
+            self._prewrite(plan, change, book)
+            commit_ts = self._finish(plan, change, book)
+        except BaseException:
+            book.rollback()
+            raise
+        send_second_phase(self._pumps, binlog.commit(plan.start_ts, commit_ts))
+        log.info("DDL committed at %d: %s", commit_ts, " ".join(sql.split())[:200])
+        return DdlResult(plan.start_ts, commit_ts, change)
+
+    def _plan(self, statement: DdlStatement, sql: str, book: Session) -> _Plan | None:
+        """Lock the table (or reserve an id); None when the statement is a no-op."""
+        if statement.index:
+            table = self._upstream.table_for_index(book, statement.index)
+            if table is None:
+                raise UpstreamError(f"DDL {sql!r}: no index named {statement.index!r}")
+            statement = DdlStatement(statement.kind, table, if_exists=statement.if_exists)
+        locked = self._catalog.lock_for_ddl(book, statement.target)
+        exists = locked is not None or self._upstream.describe_table(book, statement.target) is not None
+        if statement.if_exists and exists == (statement.kind == Kind.CREATE_TABLE):
+            return None  # CREATE IF NOT EXISTS of an existing table, DROP IF EXISTS of a missing one
+        if statement.kind == Kind.CREATE_TABLE:
+            return _Plan(statement, sql, self._catalog.reserve_id(book, statement.table), None)
+        if locked is None:
+            raise UnknownTable(
+                f"DDL on {self._upstream.database}.{statement.target}, which has no schema in bridge_schema: "
+                "the writer carries DDL only for tables it created"
+            )
+        return _Plan(statement, sql, locked[0], locked[1])
+
+    def _schema_change(self, plan: _Plan, executor: Session) -> row_pb2.SchemaChange:
+        statement = plan.statement
+        change = row_pb2.SchemaChange(kind=statement.kind, db=self._upstream.database, table=statement.table)
+        if statement.kind == Kind.RENAME_TABLE:
+            change.old_db, change.old_table = self._upstream.database, statement.old_table
+        if statement.kind == Kind.DROP_TABLE:
+            return change
+        live = self._upstream.describe_table(executor, statement.table)
+        if live is None:
+            raise UpstreamError(f"table {statement.table!r} is missing after {plan.sql!r}")
+        change.table = live.table  # the name as the database spells it
+        change.table_schema.CopyFrom(assign_ids(live, plan.previous, plan.table_id, statement.renames))
+        return change
+
+    def _prewrite(self, plan: _Plan, change: row_pb2.SchemaChange, book: Session) -> None:
+        key = prewrite_key(self._upstream.database, plan.start_ts)
+        prewrite = binlog.ddl_prewrite(plan.start_ts, plan.sql, plan.start_ts, change, key)
+        try:
+            self._pumps.write_binlog(prewrite)
+        except BaseException as exc:
+            self._catalog.forget(plan.statement.target)
+            if self._upstream.transactional_ddl:
+                raise PrewriteFailed(f"DDL {plan.sql!r} rolled back: its Prewrite failed: {exc}") from exc
+            raise DdlNotLogged(
+                f"DDL {plan.sql!r} took effect upstream but its binlog could not be written ({exc}); "
+                f"consumers will not see it, and DML on {change.table!r} stops until it is reconciled"
+            ) from exc
+
+    def _finish(self, plan: _Plan, change: row_pb2.SchemaChange, book: Session) -> int:
+        """Take commit_ts and commit the bookkeeping (schema and status row)."""
+        commit_ts = 0
+        try:
+            commit_ts = self._pumps.get_timestamp()
+            schema = change.table_schema if change.HasField("table_schema") else plan.previous
+            assert schema is not None
+            self._catalog.save(book, schema, commit_ts, live=plan.statement.kind != Kind.DROP_TABLE)
+            record_commit(book, plan.start_ts, commit_ts)
+            book.commit()
+        except BaseException as exc:
+            book.rollback()
+            self._catalog.forget(plan.statement.target)
+            raise self._bookkeeping_failed(plan, commit_ts, exc) from exc
+        self._catalog.forget(plan.statement.target)
+        return commit_ts
+
+    def _bookkeeping_failed(self, plan: _Plan, commit_ts: int, exc: BaseException) -> BridgeError:
+        """Send what the outcome calls for; the error to raise."""
+        if self._upstream.transactional_ddl:  # the DDL rolled back with the bookkeeping
+            send_second_phase(self._pumps, binlog.rollback(plan.start_ts))
+            return CommitFailed(f"DDL {plan.sql!r} rolled back at commit: {exc}")
+        if not commit_ts:
+            return DdlNotLogged(
+                f"DDL {plan.sql!r} took effect upstream but no commit_ts could be taken ({exc}); "
+                "its Prewrite will be dropped, so consumers will not see it"
+            )
+        # The DDL stands upstream, so its binlog must commit; only bridge_schema is stale.
+        send_second_phase(self._pumps, binlog.commit(plan.start_ts, commit_ts))
+        return UpstreamError(
+            f"DDL {plan.sql!r} committed at {commit_ts}, but saving its schema in bridge_schema failed "
+            f"({exc}); DML on the table stops (SchemaDrift) until bridge_schema is repaired"
+        )

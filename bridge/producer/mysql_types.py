@@ -1,0 +1,246 @@
+"""MySQL/MariaDB column types -> ``bridge.row`` columns, and pymysql values <-> row codec values.
+
+Tables are described from ``information_schema`` (COLUMNS, STATISTICS,
+TABLES, and on MariaDB CHECK_CONSTRAINTS: MariaDB's JSON is LONGTEXT with a
+``json_valid(col)`` check).
+
+=================================  ===============  =======================================
+information_schema ``DATA_TYPE``   ColumnType       pymysql value -> row codec value
+=================================  ===============  =======================================
+tinyint smallint mediumint         TINYINT ...      int (``unsigned`` from COLUMN_TYPE)
+int bigint                         INT, BIGINT      int
+decimal numeric                    DECIMAL(p,s)     Decimal
+float / double real                FLOAT / DOUBLE   float
+bit                                BIT(n)           int (sessions convert BIT to int)
+year                               YEAR             int
+date                               DATE             date; '0000-00-00' -> MySQLDate
+datetime                           DATETIME(fsp)    datetime; zero dates -> MySQLDateTime
+timestamp                          TIMESTAMP(fsp)   datetime, UTC (sessions run time_zone '+00:00')
+time                               TIME(fsp)        timedelta
+char varchar                       CHAR, VARCHAR    str (length in characters)
+tinytext text mediumtext longtext  TEXT             str
+binary varbinary                   BINARY, VARBIN.  bytes
+tinyblob blob mediumblob longblob  BLOB             bytes
+json (MySQL), longtext+json_valid  JSON             str (JSON text)
+enum set                           ENUM, SET        str (SET: members joined by ',')
+=================================  ===============  =======================================
+
+Anything else (spatial types, ``vector``, ...) raises :class:`UnsupportedSchema`
+naming the column.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from bridge.producer.errors import UnsupportedSchema
+from bridge.producer.upstream import IDENTITY, ColumnAdapter, identity
+from bridge.proto import row_pb2
+from bridge.rowtemporal import MySQLDate, MySQLDateTime
+
+T = row_pb2.ColumnType
+
+COLUMNS_SQL = (
+    "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, COLUMN_DEFAULT, IS_NULLABLE, CHARACTER_MAXIMUM_LENGTH, "
+    "NUMERIC_PRECISION, NUMERIC_SCALE, DATETIME_PRECISION, CHARACTER_SET_NAME, COLLATION_NAME, EXTRA "
+    "FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION"
+)
+INDEXES_SQL = (
+    "SELECT INDEX_NAME, NON_UNIQUE, COLUMN_NAME FROM information_schema.STATISTICS "
+    "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY INDEX_NAME <> 'PRIMARY', INDEX_NAME, SEQ_IN_INDEX"
+)
+TABLE_SQL = (
+    "SELECT t.TABLE_NAME, t.TABLE_COLLATION, c.CHARACTER_SET_NAME FROM information_schema.TABLES t "
+    "LEFT JOIN information_schema.COLLATIONS c ON c.COLLATION_NAME = t.TABLE_COLLATION "
+    "WHERE t.TABLE_SCHEMA = %s AND t.TABLE_NAME = %s"
+)
+MARIADB_JSON_SQL = (
+    "SELECT CHECK_CLAUSE FROM information_schema.CHECK_CONSTRAINTS "
+    "WHERE CONSTRAINT_SCHEMA = %s AND TABLE_NAME = %s"
+)
+
+_SIMPLE = {
+    "tinyint": T.TINYINT,
+    "smallint": T.SMALLINT,
+    "mediumint": T.MEDIUMINT,
+    "int": T.INT,
+    "integer": T.INT,
+    "bigint": T.BIGINT,
+    "decimal": T.DECIMAL,
+    "numeric": T.DECIMAL,
+    "float": T.FLOAT,
+    "double": T.DOUBLE,
+    "real": T.DOUBLE,
+    "bit": T.BIT,
+    "year": T.YEAR,
+    "date": T.DATE,
+    "time": T.TIME,
+    "datetime": T.DATETIME,
+    "timestamp": T.TIMESTAMP,
+    "char": T.CHAR,
+    "varchar": T.VARCHAR,
+    "tinytext": T.TEXT,
+    "text": T.TEXT,
+    "mediumtext": T.TEXT,
+    "longtext": T.TEXT,
+    "binary": T.BINARY,
+    "varbinary": T.VARBINARY,
+    "tinyblob": T.BLOB,
+    "blob": T.BLOB,
+    "mediumblob": T.BLOB,
+    "longblob": T.BLOB,
+    "json": T.JSON,
+    "enum": T.ENUM,
+    "set": T.SET,
+}
+_JSON_CHECK = re.compile(r"json_valid\(`((?:[^`]|``)+)`\)", re.IGNORECASE)
+_MEMBER = re.compile(r"'((?:[^'\\]|''|\\.)*)'")
+
+
+def parse_members(column_type: str) -> list[str]:
+    """ENUM/SET members from COLUMN_TYPE, e.g. ``enum('a','it''s')`` -> ['a', "it's"]."""
+    inner = column_type[column_type.index("(") + 1 : column_type.rindex(")")]
+    return [re.sub(r"''|\\(.)", lambda m: m.group(1) or "'", m.group(1)) for m in _MEMBER.finditer(inner)]
+
+
+def json_columns(check_clauses: Sequence[str]) -> set[str]:
+    """Columns a MariaDB ``json_valid(`col`)`` check marks as JSON."""
+    found: set[str] = set()
+    for clause in check_clauses:
+        found.update(m.group(1).replace("``", "`") for m in _JSON_CHECK.finditer(clause))
+    return found
+
+
+def column_from_info(row: Sequence[Any], table: str, json_names: set[str], mariadb: bool) -> row_pb2.Column:
+    """One ``Column`` from a COLUMNS_SQL row (ids left 0)."""
+    (
+        name,
+        data_type,
+        column_type,
+        default,
+        nullable,
+        max_len,
+        precision,
+        scale,
+        fsp,
+        charset,
+        collation,
+        extra,
+    ) = row
+    kind = _SIMPLE.get(str(data_type).lower())
+    if kind is None:
+        raise UnsupportedSchema(
+            f"table {table}: column {name!r} has type {column_type!r}, which is not carried"
+        )
+    if kind == T.TEXT and name in json_names:
+        kind = T.JSON
+    column = row_pb2.Column(
+        name=name,
+        type=kind,
+        unsigned="unsigned" in str(column_type).lower(),
+        nullable=nullable == "YES",
+        sql_type=str(column_type),
+        charset=charset or "",
+        collation=collation or "",
+        auto_increment="auto_increment" in str(extra).lower(),
+    )
+    if kind in (T.CHAR, T.VARCHAR, T.BINARY, T.VARBINARY):
+        column.length = int(max_len)
+    elif kind == T.BIT:
+        column.length = int(precision)
+    elif kind == T.DECIMAL:
+        column.precision, column.scale = int(precision), int(scale)
+    elif kind in (T.TIME, T.DATETIME, T.TIMESTAMP):
+        column.fsp = int(fsp or 0)
+    elif kind in (T.ENUM, T.SET):
+        column.elems.extend(parse_members(str(column_type)))
+    sql_default = _default_text(default, column, str(extra), mariadb)
+    if sql_default is not None:
+        column.default_value = sql_default
+    return column
+
+
+def _default_text(default: Any, column: row_pb2.Column, extra: str, mariadb: bool) -> str | None:
+    """DEFAULT as SQL text. MariaDB reports it so already; MySQL reports the bare value."""
+    if mariadb or default is None:
+        return None if default is None else str(default)
+    if "default_generated" in extra.lower():
+        return str(default)
+    if column.type in (T.TINYINT, T.SMALLINT, T.MEDIUMINT, T.INT, T.BIGINT, T.DECIMAL, T.FLOAT, T.DOUBLE):
+        return str(default)
+    return "'" + str(default).replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def indexes_from_info(rows: Sequence[Sequence[Any]]) -> list[row_pb2.Index]:
+    """Indexes from INDEXES_SQL rows (already grouped and ordered)."""
+    indexes: dict[str, row_pb2.Index] = {}
+    for name, non_unique, column in rows:
+        index = indexes.get(name)
+        if index is None:
+            index = indexes[name] = row_pb2.Index(
+                name=name, primary=name == "PRIMARY", unique=not int(non_unique)
+            )
+        index.columns.append(column)
+    return list(indexes.values())
+
+
+def _date_from_db(value: Any) -> Any:
+    if isinstance(value, str):  # pymysql leaves dates Python cannot hold as text
+        y, m, d = (int(part) for part in value.split("-"))
+        return MySQLDate(y, m, d)
+    return value
+
+
+def _datetime_from_db(value: Any) -> Any:
+    if isinstance(value, str):
+        day, _, clock = value.partition(" ")
+        y, mo, d = (int(part) for part in day.split("-"))
+        hms, _, fraction = (clock or "00:00:00").partition(".")
+        h, mi, s = (int(part) for part in hms.split(":"))
+        return MySQLDateTime(y, mo, d, h, mi, s, int((fraction + "000000")[:6]))
+    return value
+
+
+def _temporal_to_db(value: Any) -> Any:
+    if isinstance(value, datetime) and value.tzinfo is not None:
+        return value.astimezone(UTC).replace(tzinfo=None)
+    if isinstance(value, MySQLDate | MySQLDateTime):
+        return str(value)
+    return value
+
+
+def _json_to_db(value: Any) -> Any:
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def _set_adapter(column: row_pb2.Column) -> ColumnAdapter:
+    order = {member: i for i, member in enumerate(column.elems)}
+
+    def to_db(value: Any) -> Any:
+        if isinstance(value, set | frozenset | list | tuple):
+            return ",".join(sorted(value, key=lambda m: order.get(m, len(order))))
+        return value
+
+    def from_db(value: Any) -> Any:
+        return to_db(value) if isinstance(value, set | frozenset) else value
+
+    return ColumnAdapter(to_db, from_db)
+
+
+def adapter_for(column: row_pb2.Column) -> ColumnAdapter:
+    kind = column.type
+    if kind == T.DATE:
+        return ColumnAdapter(_temporal_to_db, _date_from_db)
+    if kind in (T.DATETIME, T.TIMESTAMP):
+        return ColumnAdapter(_temporal_to_db, _datetime_from_db)
+    if kind == T.JSON:
+        return ColumnAdapter(_json_to_db, identity)
+    if kind == T.SET:
+        return _set_adapter(column)
+    return IDENTITY

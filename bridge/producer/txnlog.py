@@ -1,0 +1,53 @@
+"""The pump side of a transaction: where its binlogs go and how the second phase is sent.
+
+:class:`BinlogSink` is what the writer needs from the pump client —
+:class:`bridge.pumpclient.PumpsClient` provides it (``get_timestamp`` from
+the meta service's TSO, ``write_binlog`` to the pumps).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Protocol
+
+from bridge.errors import PumpError
+from bridge.producer.status import STATUS_TABLE
+from bridge.proto import binlog_pb2
+
+log = logging.getLogger(__name__)
+
+
+class BinlogSink(Protocol):
+    """Timestamps and binlog delivery; :class:`bridge.pumpclient.PumpsClient` is one."""
+
+    def get_timestamp(self) -> int:
+        """A fresh TSO timestamp: a start_ts or commit_ts."""
+
+    def write_binlog(self, binlog: binlog_pb2.Binlog) -> None:
+        """Write one binlog. A Prewrite returns once durable on a pump, or raises."""
+
+
+def prewrite_key(database: str, start_ts: int) -> bytes:
+    """The producer-side key of a transaction: its ``bridge_txn_status`` row."""
+    return f"{database}.{STATUS_TABLE}/{start_ts}".encode()
+
+
+def send_second_phase(pumps: BinlogSink, binlog: binlog_pb2.Binlog) -> None:
+    """Write a Commit or Rollback binlog once the upstream outcome is decided.
+
+    The outcome stands whatever happens here, so a failure is logged, not
+    raised: the pump holding the Prewrite settles it through its lost-commit
+    resolver (the pump client itself returns normally for an undelivered
+    Commit after its ``write-timeout``).
+    """
+    try:
+        pumps.write_binlog(binlog)
+    except (PumpError, RuntimeError) as exc:
+        kind = binlog_pb2.BinlogType.Name(binlog.tp)
+        log.error(
+            "the %s binlog of start_ts %d was not written (%s); the pump's lost-commit resolver "
+            "will settle the transaction",
+            kind,
+            binlog.start_ts,
+            exc,
+        )
