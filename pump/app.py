@@ -107,9 +107,8 @@ def _bind(server: grpc.aio.Server, config: PumpConfig) -> int:
 
 
 async def _stop_grpc(server: grpc.aio.Server, service: PumpService) -> None:
-    stopping = asyncio.ensure_future(server.stop(STOP_GRACE))
-    await service.end_pulls()
-    await stopping
+    service.end_pulls()
+    await server.stop(STOP_GRACE)
 
 
 class _Background:

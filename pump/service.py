@@ -163,7 +163,7 @@ class PumpService:
         self._admission = admission
         self._storage = storage
         self._message_limit = max(max_message_bytes - _MESSAGE_SLACK, 1)
-        self._pulls: set[asyncio.Task[Any]] = set()
+        self._stopping = asyncio.Event()
 
     def _cluster_problem(self, cluster_id: int) -> str:
         if cluster_id == self._cluster_id:
@@ -295,15 +295,10 @@ class PumpService:
             await context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT, f"startFrom.offset must be >= 0, got {after}"
             )
-        task = asyncio.current_task()
-        if task is not None:
-            self._pulls.add(task)
         metrics.PULL_STREAMS.inc()
         log.info("pull from commit_ts %d by %s", after, context.peer())
         try:
-            async for items in self._storage.pull(
-                after, max_entries=PULL_MAX_ENTRIES, max_bytes=PULL_MAX_BYTES
-            ):
+            async for items in self._batches(after):
                 for response in pack_responses(self._entities(items), self._message_limit):
                     yield response
         except StorageError as exc:
@@ -312,8 +307,27 @@ class PumpService:
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"pump storage failed: {exc}")
         finally:
             metrics.PULL_STREAMS.dec()
-            if task is not None:
-                self._pulls.discard(task)
+        # Ended by the pump, not the drainer: say so, so the drainer reconnects.
+        await context.abort(grpc.StatusCode.UNAVAILABLE, "the pump is stopping")
+
+    async def _batches(self, after: int) -> AsyncIterator[list[PullItem]]:
+        """The storage's pull batches until it ends or :meth:`end_pulls` is called."""
+        source = self._storage.pull(after, max_entries=PULL_MAX_ENTRIES, max_bytes=PULL_MAX_BYTES)
+        stopping = asyncio.ensure_future(self._stopping.wait())
+        try:
+            while True:
+                step = asyncio.ensure_future(anext(source, None))
+                await asyncio.wait((step, stopping), return_when=asyncio.FIRST_COMPLETED)
+                if not step.done():
+                    step.cancel()
+                    await asyncio.gather(step, return_exceptions=True)
+                    return
+                items = step.result()
+                if items is None:
+                    return
+                yield items
+        finally:
+            stopping.cancel()
 
     @staticmethod
     def _entities(items: Sequence[PullItem]) -> list[pump_pb2.Entity]:
@@ -329,12 +343,9 @@ class PumpService:
         _PULLED_WATERMARKS.inc(len(entities) - txns)
         return entities
 
-    async def end_pulls(self) -> None:
-        """End every open pull stream (the server is stopping)."""
-        pulls = list(self._pulls)
-        for task in pulls:
-            task.cancel()
-        await asyncio.gather(*pulls, return_exceptions=True)
+    def end_pulls(self) -> None:
+        """End every open pull stream with UNAVAILABLE (the server is stopping)."""
+        self._stopping.set()
 
 
 _WRITE_SECONDS = {kind: metrics.WRITE_SECONDS.labels(kind) for kind in _KINDS.values()}

@@ -11,11 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 
 from bridge.binlog import commit
+from bridge.grpcutil import aio_channel
 from bridge.meta.client import MetaClient
-from bridge.proto import meta_pb2
+from bridge.proto import meta_pb2, pump_pb2, pump_pb2_grpc
 from bridge.pumpclient import AsyncPumpsClient
 from tests.support.process import ChildProcess, bridge_cli, free_port, run_cli
 from tests.support.pump_server import PumpProcess, prewrite_of, pull_until, start_meta
@@ -98,9 +100,24 @@ def test_an_idle_pump_moves_its_watermark_and_reports_it(cluster: Cluster) -> No
     assert (entry.addr, entry.status_addr) == (cluster.pump.addr, f"127.0.0.1:{cluster.pump.status_port}")
 
 
+async def stop_while_pulling(cluster: Cluster, cluster_id: int) -> int:
+    """SIGTERM the pump while a pull stream is open; the stream ends with UNAVAILABLE."""
+    async with aio_channel(cluster.pump.addr) as channel:
+        stub = pump_pb2_grpc.PumpStub(channel)
+        call = stub.PullBinlogs(pump_pb2.PullBinlogReq(clusterID=cluster_id), wait_for_ready=True)
+        assert await call.read() is not grpc.aio.EOF
+        stopping = asyncio.ensure_future(asyncio.to_thread(cluster.pump.stop))
+        with pytest.raises(grpc.aio.AioRpcError) as ended:
+            while await call.read() is not grpc.aio.EOF:
+                pass
+        assert ended.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert ended.value.details() == "the pump is stopping"
+        return await stopping
+
+
 def test_sigterm_stops_cleanly_and_a_restart_goes_online_with_the_data(cluster: Cluster) -> None:
     cluster_id, start_ts, commit_ts = run(write_one(cluster.meta_addr))
-    assert cluster.pump.stop() == 0
+    assert run(stop_while_pulling(cluster, cluster_id)) == 0
     assert "stopping (the registry keeps its state)" in cluster.pump.output
     assert "storage closed at watermark" in cluster.pump.output
     cluster.pump.start()
