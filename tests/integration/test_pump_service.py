@@ -117,6 +117,7 @@ async def writer(client: AsyncPumpsClient, rng: random.Random, budget: list[int]
         open_txns += started
 
 
+@pytest.mark.slow  # 20-30 s on two cores: the client SDK and the pump share them
 def test_100k_binlogs_from_16_writers_pull_back_in_commit_order(own: Server) -> None:
     ledger = Ledger()
 
