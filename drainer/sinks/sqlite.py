@@ -174,9 +174,12 @@ class SQLiteSink:
         conn, chunk = self.store.conn, self.config.batch_rows
         batch: list[tuple[object, ...]] = []
         sql, table = "", ""
+        schema, table_sql = None, None
         try:
             for change in event.changes():
-                table_sql = self._translator.table(change.table)
+                if change.table is not schema:  # consecutive rows mostly share their table
+                    schema, table_sql = change.table, self._translator.table(change.table)
+                assert table_sql is not None
                 for statement, params in table_sql.statements(change):
                     if statement is not sql or len(batch) >= chunk:
                         if batch:
