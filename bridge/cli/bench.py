@@ -19,6 +19,7 @@ BENCHES: dict[str, str] = {
     "tso": "bench.tso",
     "rowcodec": "bench.rowcodec",
     "pump-index": "bench.pump_index",
+    "pump": "bench.pump",
 }
 
 REQUIRED_KEYS = ("name", "value", "unit", "ceiling", "ratio")

@@ -1,0 +1,250 @@
+"""Binlogs per second one pump acknowledges, against gRPC + append + fsync alone.
+
+Starts ``binlog-bridge meta`` and ``binlog-bridge pump`` (children, a
+temporary data dir, ``storage.sync = true``: every acknowledged binlog is
+fsynced), then runs ``--concurrency`` producer tasks through the real client
+SDK (:class:`bridge.pumpclient.AsyncPumpsClient`) for ``--seconds``. Each
+task writes transactions as a producer does: a start_ts from the TSO, the
+Prewrite (``--size`` bytes, a valid row mutation), then a commit_ts taken
+after the Prewrite was acknowledged, then the Commit. Timestamps come from
+the meta service; concurrent requests share one GetTimestamps call.
+
+``value`` is binlogs acknowledged per second (Prewrites and Commits),
+``p50_ms``/``p99_ms`` the latency of one ``write_binlog`` call.
+
+The ceiling is the same drive against :mod:`bench.pump_ceiling`, a minimal
+gRPC server whose ``WriteBinlogs`` appends the payloads to a file and
+fsyncs once per call, and nothing else (no parsing, no index, no sorting),
+measured in the same run with its own meta service. ``ratio`` = value /
+ceiling.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import re
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.tso import meta_process
+from bridge.binlog import Binlog, BinlogType, commit, prewrite
+from bridge.proto import binlog_pb2
+from bridge.pumpclient import AsyncPumpsClient, PumpClientConfig
+
+INSERT = binlog_pb2.MutationType.Insert
+READY = re.compile(r"(?:pump|ceiling) ready: node_id=\S+ addr=(\S+)")
+PUMP_TOML = """\
+addr = "127.0.0.1:0"
+node-id = "bench-pump"
+meta = "{meta}"
+data-dir = "{data_dir}"
+status-addr = "127.0.0.1:0"
+stop-write-at-available-space = 0
+[storage]
+sync = true
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--seconds", type=float, default=10.0, help="measuring time per phase (default 10)")
+    parser.add_argument("--concurrency", type=int, default=1024, help="producer tasks (default 1024)")
+    parser.add_argument("--size", type=int, default=1024, help="Prewrite binlog bytes (default 1024)")
+
+
+def progress(message: str) -> None:
+    print(f"bench pump: {message}", file=sys.stderr, flush=True)
+
+
+class TsoBatcher:
+    """Fresh timestamps for many tasks: requests waiting together share one call."""
+
+    def __init__(self, client: AsyncPumpsClient) -> None:
+        self._client = client
+        self._waiting: list[asyncio.Future[int]] = []
+        self._busy = False
+        self._server: asyncio.Future[None] | None = None
+
+    async def get(self) -> int:
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._waiting.append(future)
+        if not self._busy:
+            self._busy = True
+            self._server = asyncio.ensure_future(self._serve())
+        return await future
+
+    async def _serve(self) -> None:
+        try:
+            while self._waiting:
+                batch, self._waiting = self._waiting, []
+                try:
+                    first = await self._client.get_timestamps(len(batch))
+                except Exception as exc:  # noqa: BLE001 - handed to every waiting caller
+                    for future in batch:
+                        future.set_exception(exc)
+                    continue
+                for offset, future in enumerate(batch):
+                    future.set_result(first + offset)
+        finally:
+            self._busy = False
+
+
+def prewrite_value_of_size(size: int) -> bytes:
+    """A serialized PrewriteValue (one inserted row) that makes a Prewrite of about ``size`` bytes."""
+    empty = prewrite(1 << 60, [binlog_pb2.TableMutation(table_id=1, inserted_rows=[b""], sequence=[INSERT])])
+    row = b"r" * max(size - empty.ByteSize(), 0)
+    mutation = binlog_pb2.TableMutation(table_id=1, inserted_rows=[row], sequence=[INSERT])
+    return binlog_pb2.PrewriteValue(mutations=[mutation]).SerializeToString()
+
+
+@dataclass
+class Tally:
+    measuring: bool = False
+    acked: int = 0
+    latencies: list[float] = field(default_factory=list)
+
+    def record(self, began: float) -> None:
+        if self.measuring:
+            self.acked += 1
+            self.latencies.append(time.perf_counter() - began)
+
+
+async def producer(
+    client: AsyncPumpsClient, tso: TsoBatcher, value: bytes, tally: Tally, end: list[float]
+) -> None:
+    """Transactions until ``end[0]``: the Prewrite, then the Commit with a ts taken after its ack."""
+    while time.perf_counter() < end[0]:
+        start_ts = await tso.get()
+        began = time.perf_counter()
+        await client.write_binlog(Binlog(tp=BinlogType.Prewrite, start_ts=start_ts, prewrite_value=value))
+        tally.record(began)
+        commit_ts = await tso.get()
+        began = time.perf_counter()
+        await client.write_binlog(commit(start_ts, commit_ts))
+        tally.record(began)
+
+
+async def drive(meta_addr: str, args: argparse.Namespace, label: str) -> dict[str, float]:
+    """Run the producers against whatever pump the registry lists; figures after warm-up."""
+    config = PumpClientConfig(rpc_timeout=30, write_timeout=60)
+    tally = Tally()
+    async with AsyncPumpsClient(meta_addr, config) as client:
+        tso = TsoBatcher(client)
+        warmup = min(2.0, args.seconds / 4)
+        end = [time.perf_counter() + warmup + args.seconds + 3600]
+        value = prewrite_value_of_size(args.size)
+        tasks = [
+            asyncio.ensure_future(producer(client, tso, value, tally, end)) for _ in range(args.concurrency)
+        ]
+        await asyncio.sleep(warmup)
+        tally.measuring = True
+        measured_from = time.perf_counter()
+        await asyncio.sleep(args.seconds)
+        tally.measuring = False
+        elapsed = time.perf_counter() - measured_from
+        end[0] = 0.0
+        await asyncio.gather(*tasks)
+    rate = tally.acked / elapsed
+    progress(f"{label}: {tally.acked:,} binlogs in {elapsed:.1f}s = {rate:,.0f}/s")
+    return {"rate": rate, **percentiles(tally.latencies)}
+
+
+def percentiles(latencies: Sequence[float]) -> dict[str, float]:
+    if len(latencies) < 2:
+        return {"p50_ms": 0.0, "p99_ms": 0.0}
+    cuts = statistics.quantiles(latencies, n=100, method="inclusive")
+    return {"p50_ms": round(cuts[49] * 1000, 3), "p99_ms": round(cuts[98] * 1000, 3)}
+
+
+@contextlib.asynccontextmanager
+async def child(argv: list[str], what: str) -> AsyncIterator[str]:
+    """A child process that prints a ready line naming its address; yields the address."""
+    proc = await asyncio.create_subprocess_exec(
+        *argv,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert proc.stderr is not None
+    lines: list[str] = []
+    try:
+        while line := (await asyncio.wait_for(proc.stderr.readline(), 60)).decode(errors="replace"):
+            lines.append(line)
+            if m := READY.search(line):
+                break
+        else:
+            raise RuntimeError(f"{what} exited before it was ready:\n" + "".join(lines[-30:]))
+        drain = asyncio.ensure_future(_drain(proc.stderr))
+        yield m.group(1)
+    finally:
+        if proc.returncode is None:
+            proc.terminate()
+        await proc.wait()
+    await drain
+
+
+async def _drain(stream: asyncio.StreamReader) -> None:
+    while await stream.readline():
+        pass
+
+
+async def measure_pump(args: argparse.Namespace, tmp: Path) -> dict[str, float]:
+    async with meta_process(str(tmp / "meta")) as meta_addr:
+        config = tmp / "pump.toml"
+        config.write_text(PUMP_TOML.format(meta=meta_addr, data_dir=tmp / "pump"))
+        argv = [sys.executable, "-m", "bridge.cli", "--log-level", "warning", "pump", "--config", str(config)]
+        async with child(argv, "binlog-bridge pump") as addr:
+            progress(f"pump at {addr}, data in {tmp / 'pump'}")
+            return await drive(meta_addr, args, "pump")
+
+
+async def measure_ceiling(args: argparse.Namespace, tmp: Path) -> dict[str, float]:
+    async with meta_process(str(tmp / "meta-ceiling")) as meta_addr:
+        argv = [
+            sys.executable,
+            "-m",
+            "bench.pump_ceiling",
+            "--meta",
+            meta_addr,
+            "--file",
+            str(tmp / "ceiling.log"),
+        ]
+        async with child(argv, "the ceiling server") as addr:
+            progress(f"ceiling server at {addr}")
+            return await drive(meta_addr, args, "ceiling (gRPC + append + fsync)")
+
+
+async def measure(args: argparse.Namespace) -> tuple[dict[str, float], dict[str, float]]:
+    with tempfile.TemporaryDirectory(prefix="bench-pump-") as tmp:
+        pump = await measure_pump(args, Path(tmp))
+        ceiling = await measure_ceiling(args, Path(tmp))
+    return pump, ceiling
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    if args.seconds <= 0 or args.concurrency < 1 or not 64 <= args.size <= 64 << 20:
+        raise SystemExit("bench pump: --seconds > 0, --concurrency >= 1, --size 64..67108864")
+    pump, ceiling = asyncio.run(measure(args))
+    value, top = pump["rate"], ceiling["rate"]
+    return {
+        "name": "pump",
+        "value": round(value, 1),
+        "unit": "binlogs/s",
+        "ceiling": round(top, 1),
+        "ratio": float(f"{value / top:.4g}") if top else 0.0,
+        "p50_ms": pump["p50_ms"],
+        "p99_ms": pump["p99_ms"],
+        "ceiling_p50_ms": ceiling["p50_ms"],
+        "ceiling_p99_ms": ceiling["p99_ms"],
+        "params": {"seconds": args.seconds, "concurrency": args.concurrency, "size": args.size},
+        "load_avg": [round(x, 2) for x in os.getloadavg()],
+        "ceiling_is": "the same producers against a gRPC server that appends and fsyncs per WriteBinlogs",
+    }
