@@ -25,6 +25,7 @@ SUBCOMMANDS: dict[str, str] = {
     "drainer": "bridge.cli.drainer",
     "ctl": "bridge.cli.ctl",
     "bench": "bridge.cli.bench",
+    "load": "bridge.cli.load",
     "diff": "bridge.cli.diff",
     "replay": "bridge.cli.replay",
 }

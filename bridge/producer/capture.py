@@ -173,7 +173,14 @@ class ImageLocator(_Base):
     def read(self, loc: object) -> Image:
         assert isinstance(loc, tuple)
         sql = f"SELECT {self.columns} FROM {self.table} WHERE {self.everything} LIMIT 1"  # noqa: S608
-        return self.one(self.session.query(sql, list(loc)), "reading back a row of a table without key")
+        rows = self.session.query(sql, list(loc))
+        if not rows:
+            raise UpstreamError(
+                f"table {self.entry.name} has no key, so the row written is found again by its values, "
+                "and none matched: the database changed a value on the way in (rounding a fraction, "
+                "truncating); give values exactly as the columns store them"
+            )
+        return tuple(rows[0])
 
     def delete(self, loc: object, before: Image) -> None:
         sql = f"DELETE FROM {self.table} WHERE {self.everything} LIMIT 1"  # noqa: S608

@@ -38,6 +38,7 @@ from bridge.producer.errors import (
     DdlNotLogged,
     PrewriteFailed,
     UnknownTable,
+    UnsupportedSchema,
     UpstreamError,
 )
 from bridge.producer.status import record_commit
@@ -93,7 +94,7 @@ class DdlRunner:
                 return None
             plan.start_ts = self._pumps.get_timestamp()
             executor.execute(sql)
-            change = self._schema_change(plan, executor)
+            change = self._described(plan, executor)
             self._prewrite(plan, change, book)
             commit_ts = self._finish(plan, change, book)
         except BaseException:
@@ -122,6 +123,17 @@ class DdlRunner:
                 "the writer carries DDL only for tables it created"
             )
         return _Plan(statement, sql, locked[0], locked[1])
+
+    def _described(self, plan: _Plan, executor: Session) -> row_pb2.SchemaChange:
+        try:
+            return self._schema_change(plan, executor)
+        except UnsupportedSchema as exc:
+            if self._upstream.transactional_ddl:
+                raise  # rolled back with the bookkeeping transaction
+            raise UnsupportedSchema(
+                f"{exc}; the statement took effect upstream, but no binlog was written and the writer "
+                "refuses DML on the table"
+            ) from exc
 
     def _schema_change(self, plan: _Plan, executor: Session) -> row_pb2.SchemaChange:
         statement = plan.statement

@@ -233,8 +233,21 @@ def _set_adapter(column: row_pb2.Column) -> ColumnAdapter:
     return ColumnAdapter(to_db, from_db)
 
 
+def _binary_adapter(length: int) -> ColumnAdapter:
+    def to_db(value: Any) -> Any:
+        # BINARY(n) stores values right-padded with zero bytes: pad here, so that the value
+        # written also finds the stored row again (rows of a table without key are found by value).
+        if isinstance(value, bytes | bytearray | memoryview) and len(value) < length:
+            return bytes(value).ljust(length, b"\x00")
+        return value
+
+    return ColumnAdapter(to_db, identity)
+
+
 def adapter_for(column: row_pb2.Column) -> ColumnAdapter:
     kind = column.type
+    if kind == T.BINARY and column.length:
+        return _binary_adapter(column.length)
     if kind == T.DATE:
         return ColumnAdapter(_temporal_to_db, _date_from_db)
     if kind in (T.DATETIME, T.TIMESTAMP):
