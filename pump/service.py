@@ -16,6 +16,10 @@ Writes (``WriteBinlog``, ``WriteBinlogs``):
 - Every stored binlog is admitted by the node (:meth:`pump.node.PumpNode.enter_write`):
   a refused one gets the refusal as its errmsg. An empty errmsg means the
   binlog is durable.
+- When the storage fails to write what was admitted (closing, a failed
+  fsync), the call ends with ``UNAVAILABLE``: it is not the binlog's fault,
+  and the client retries. After a failed fsync the storage refuses every
+  write until the pump restarts, and probes are answered with that error.
 
 A request body that does not parse as the method's request message ends the
 call with ``INVALID_ARGUMENT`` naming the fault (and no traceback in the log).
@@ -56,7 +60,7 @@ from bridge.binlog import BinlogType, is_fake, is_probe, parse_binlog
 from bridge.errors import ProtocolError
 from bridge.proto import binlog_pb2, pump_pb2
 from pump import metrics
-from pump.storage import CommittedTxn, PullItem, StorageError
+from pump.storage import CommittedTxn, PullItem, StorageError, StorageFailed
 from pump.wire import BadRequest, lenient_parser, pack_responses, txn_entity, watermark_entity
 
 log = logging.getLogger(__name__)
@@ -145,6 +149,7 @@ class _Accepted:
         self.positions: list[int] = []
         self.binlogs: list[tuple[binlog_pb2.Binlog, bytes]] = []
         self.prewrites: list[bool] = []
+        self.error: StorageError | None = None  # the storage failed to write them
 
 
 class PumpService:
@@ -164,6 +169,7 @@ class PumpService:
         self._storage = storage
         self._message_limit = max(max_message_bytes - _MESSAGE_SLACK, 1)
         self._stopping = asyncio.Event()
+        self.storage_failure = ""  # set once the storage refuses every write
 
     def _cluster_problem(self, cluster_id: int) -> str:
         if cluster_id == self._cluster_id:
@@ -183,7 +189,7 @@ class PumpService:
         if problem:
             metrics.WRITES.labels("unknown", "refused").inc()
             return pump_pb2.WriteBinlogResp(errmsg=problem)
-        (errmsg,) = await self.write_payloads([request.payload])
+        (errmsg,) = await self._write_or_abort([request.payload], context)
         return pump_pb2.WriteBinlogResp(errmsg=errmsg)
 
     async def WriteBinlogs(
@@ -194,10 +200,24 @@ class PumpService:
         if problem:
             metrics.WRITES.labels("unknown", "refused").inc(len(request.payloads))
             return pump_pb2.WriteBinlogsResp(errmsg=problem)
-        return pump_pb2.WriteBinlogsResp(errmsgs=await self.write_payloads(request.payloads))
+        return pump_pb2.WriteBinlogsResp(errmsgs=await self._write_or_abort(request.payloads, context))
+
+    async def _write_or_abort(
+        self, payloads: Sequence[bytes], context: grpc.aio.ServicerContext[Any, Any]
+    ) -> list[str]:
+        try:
+            return await self.write_payloads(payloads)
+        except StorageError as exc:
+            # Not the binlog's fault: UNAVAILABLE makes the client retry (elsewhere, for a Prewrite).
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"pump storage failed: {exc}")
+            raise  # abort raises; this keeps the type checker informed
 
     async def write_payloads(self, payloads: Sequence[bytes]) -> list[str]:
-        """Check, admit and store ``payloads``; one errmsg per payload ("" = durable)."""
+        """Check, admit and store ``payloads``; one errmsg per payload ("" = durable).
+
+        Raises :class:`StorageError` when the storage failed to write what was
+        admitted: none of the call is known durable, the caller retries.
+        """
         started = time.perf_counter()
         errmsgs = [""] * len(payloads)
         tally: Counter[tuple[str, str]] = Counter()
@@ -215,6 +235,8 @@ class PumpService:
                     _WRITE_SECONDS[kind].observe(elapsed)
         for (kind, result), count in tally.items():
             metrics.WRITES.labels(kind, result).inc(count)
+        if accepted.error is not None:
+            raise accepted.error
         return errmsgs
 
     def _admit(
@@ -229,7 +251,7 @@ class PumpService:
                 tally["unknown", "invalid"] += 1
                 continue
             if is_probe(binlog):
-                errmsgs[position] = self._admission.write_refusal(True)
+                errmsgs[position] = self.storage_failure or self._admission.write_refusal(True)
                 continue
             prewrite = binlog.tp == _PREWRITE
             refusal = self._admission.enter_write(prewrite)
@@ -251,10 +273,8 @@ class PumpService:
             # The storage checks the whole call before writing any of it; find the culprit.
             return await self._store_each(accepted, errmsgs)
         except StorageError as exc:
-            metrics.ERRORS.labels("storage").inc()
-            log.error("writing %d binlogs failed: %s", len(accepted.binlogs), exc)
-            for position in accepted.positions:
-                errmsgs[position] = f"pump storage failed: {exc}"
+            self._storage_failed(exc)
+            accepted.error = exc
             return ["error"] * len(accepted.positions)
         return ["ok"] * len(accepted.positions)
 
@@ -267,13 +287,20 @@ class PumpService:
             if isinstance(outcome, ProtocolError):
                 errmsgs[position], result = str(outcome), "invalid"
             elif isinstance(outcome, StorageError):
-                errmsgs[position], result = f"pump storage failed: {outcome}", "error"
+                self._storage_failed(outcome)
+                accepted.error, result = outcome, "error"
             elif isinstance(outcome, BaseException):
                 raise outcome
             else:
                 result = "ok"
             results.append(result)
         return results
+
+    def _storage_failed(self, exc: StorageError) -> None:
+        metrics.ERRORS.labels("storage").inc()
+        if isinstance(exc, StorageFailed):  # for good: probes say so until the pump restarts
+            self.storage_failure = f"pump storage failed: {exc}"
+        log.error("writing binlogs failed: %s", exc)
 
     def _finish(self, write: asyncio.Future[list[str]], accepted: _Accepted) -> None:
         for prewrite in accepted.prewrites:
