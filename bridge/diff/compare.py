@@ -25,7 +25,6 @@ from bisect import bisect_right
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import cast
 
 from bridge.diff.normalize import combine, row_digest, row_normalizer
 from bridge.diff.report import TableReport, show
@@ -65,12 +64,30 @@ class _Plan:
     def chunk_of(self, row: Row, digest: int) -> int:
         if not self.key:
             return digest % self.chunks
-        return bisect_right(self.boundaries, _sort_key(tuple(row[i] for i in self.key)))
+        key = tuple([row[i] for i in self.key])
+        if None in key:
+            key = _sort_key(key)
+        return bisect_right(self.boundaries, key)
 
 
 def _sort_key(key: Row) -> Row:
-    # Never compare None with a value: NULL sorts first.
-    return tuple((1, v) if v is not None else (0, 0) for v in key)
+    """``key`` as it is ordered: keys are NOT NULL upstream; a NULL downstream must not break the order."""
+    if None not in key:
+        return key
+    return tuple(_NULL if v is None else v for v in key)
+
+
+class _NullKey:
+    """Sorts before every value and equals only itself: NULL in a key column."""
+
+    def __lt__(self, other: object) -> bool:
+        return other is not self
+
+    def __gt__(self, other: object) -> bool:
+        return False
+
+
+_NULL = _NullKey()
 
 
 def _tick(options: DiffOptions, name: str, what: str, count: int) -> None:
@@ -179,7 +196,7 @@ def _chunk_rows(plan: _Plan, side: str, chunks: set[int]) -> Iterator[Row]:
 def _bound(plan: _Plan, index: int) -> Row | None:
     if index < 0 or index >= len(plan.boundaries):
         return None
-    return tuple(cast(Row, pair)[1] for pair in plan.boundaries[index])
+    return plan.boundaries[index]
 
 
 def compare_table(

@@ -195,6 +195,8 @@ def _datetime(value: object) -> object:
     if isinstance(value, date):
         return f"{value.isoformat()} 00:00:00.000000"
     text = _text_of(value)
+    if len(text) == 26 and text[10] == " " and text[19] == "." and text[4] == "-":
+        return text  # already YYYY-MM-DD HH:MM:SS.ffffff
     match = _DATETIME.match(text)
     if not match:
         return text
@@ -264,12 +266,25 @@ NORMALIZERS: dict[str, Normalizer] = {
 }
 
 
+class _Never:
+    """No value is of this type: the kind has no already-canonical form."""
+
+
+# Values already canonical when of this exact type: passed through without a call.
+_CANONICAL_TYPES: dict[str, type] = {"int": int, "year": int, "uint64": _Never, "text": str, "binary": bytes}
+
+
 def row_normalizer(kinds: Sequence[str]) -> Callable[[Sequence[object]], tuple[object, ...]]:
     """A function normalizing a whole row whose columns have ``kinds``."""
-    functions = [NORMALIZERS[k] for k in kinds]
+    plan = [(NORMALIZERS[k], _CANONICAL_TYPES.get(k, _Never)) for k in kinds]
 
     def normalize(row: Sequence[object]) -> tuple[object, ...]:
-        return tuple(None if v is None else f(v) for f, v in zip(functions, row, strict=True))
+        return tuple(
+            [
+                v if v is None or type(v) is canonical else f(v)
+                for (f, canonical), v in zip(plan, row, strict=True)
+            ]
+        )
 
     return normalize
 
