@@ -40,7 +40,16 @@ class SQLiteSource:
             self._conns[db] = sqlite3.connect(uri, uri=True, timeout=30, check_same_thread=False)
         return self._conns[db]
 
+    def _failed(self, exc: sqlite3.Error, what: str) -> DiffSourceError:
+        return DiffSourceError(f"{self.label}: {what}: {exc}")
+
     def tables(self) -> list[tuple[str, str]]:
+        try:
+            return self._tables()
+        except sqlite3.Error as exc:
+            raise self._failed(exc, "listing tables") from exc
+
+    def _tables(self) -> list[tuple[str, str]]:
         found = []
         for db in self._files:
             rows = self._conn(db).execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
@@ -48,6 +57,12 @@ class SQLiteSource:
         return sorted(found)
 
     def table_info(self, db: str, table: str) -> TableInfo:
+        try:
+            return self._table_info(db, table)
+        except sqlite3.Error as exc:
+            raise self._failed(exc, f"reading the columns of {db}.{table}") from exc
+
+    def _table_info(self, db: str, table: str) -> TableInfo:
         conn = self._conn(db)
         info = conn.execute('SELECT name, type, "notnull", pk FROM pragma_table_info(?)', (table,)).fetchall()
         columns = tuple(
@@ -75,9 +90,12 @@ class SQLiteSource:
         condition, params = range_condition(where, '"', "?")
         ref = quote_identifier(table, '"')
         query = f"SELECT {names} FROM {ref}{condition}"  # noqa: S608 - quoted names, placeholders
-        cursor = self._conn(db).execute(query, params)
-        while batch := cursor.fetchmany(FETCH):
-            yield from batch
+        try:
+            cursor = self._conn(db).execute(query, params)
+            while batch := cursor.fetchmany(FETCH):
+                yield from batch
+        except sqlite3.Error as exc:
+            raise self._failed(exc, f"reading {db}.{table}") from exc
 
     def close(self) -> None:
         for conn in self._conns.values():
