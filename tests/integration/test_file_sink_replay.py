@@ -119,7 +119,8 @@ def test_replay_command_with_time_bounds(tmp_path: Path) -> None:
     events: list[Event] = []
     for batch in range(3):
         stream.ts = compose(physical_ms(stream.ts) + 1000, 0)  # one second between batches
-        events += workload(stream, 10) if batch == 0 else [stream.inserts("shop.k", [(100 + batch, "t", None)])]
+        late = [stream.inserts("shop.k", [(100 + batch, "t", None)])] if batch else []
+        events += late or workload(stream, 10)
     files = file_sink(tmp_path / "files")
     files.write(events)
     files.flush()
