@@ -229,10 +229,11 @@ class PumpService:
             results = await asyncio.shield(write)
             elapsed = time.perf_counter() - started
             for (binlog, _), result in zip(accepted.binlogs, results, strict=True):
-                kind = _KINDS[binlog.tp]
-                tally[kind, result] += 1
-                if result == "ok":
-                    _WRITE_SECONDS[kind].observe(elapsed)
+                tally[_KINDS[binlog.tp], result] += 1
+            # Once per call and type, not per binlog: every binlog of a call
+            # waits the same time, and an observation per binlog cost ~7 % CPU.
+            for kind in {kind for (kind, result) in tally if result == "ok"}:
+                _WRITE_SECONDS[kind].observe(elapsed)
         for (kind, result), count in tally.items():
             metrics.WRITES.labels(kind, result).inc(count)
         if accepted.error is not None:

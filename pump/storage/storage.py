@@ -250,7 +250,7 @@ class Storage:
         once, interleaved with :class:`Watermark` items, following new data until
         the storage closes. See :mod:`pump.storage.pull`."""
         cursor = after_commit_ts
-        if cursor < self._gc_ts:
+        if cursor + 1 < self._gc_ts:  # binlogs at or above gc_ts are all still there
             log.warning("pull from commit_ts %d: binlogs below the GC ts %d are gone", cursor, self._gc_ts)
         while not self._closed:
             if self._failure is not None:
