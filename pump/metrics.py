@@ -36,7 +36,7 @@ WRITES = Counter(
 )
 WRITE_SECONDS = Histogram(
     "bridge_pump_write_seconds",
-    "Time from receiving a write call to acknowledging its binlogs durable; one observation per call and type",
+    "Time from receiving a write call to acknowledging its binlogs durable; one observation per call, type",
     ["type"],
     buckets=_LATENCY_BUCKETS,
 )
