@@ -10,6 +10,11 @@ auto-increment values, collation and type coercion included):
   after image is read back through the row's new locator;
 - **insert**: the INSERT, then the row read back through its locator.
 
+Where the server takes a RETURNING clause (``Session.returning``: MariaDB
+10.5+ for INSERT and DELETE, SQLite 3.35+ for all three) the statement itself
+returns the image: an INSERT is one statement, a DELETE of any number of rows
+is one statement, and on SQLite an update's after image comes with its UPDATE.
+
 A locator names exactly one row. Three kinds, chosen by :func:`locator_for`:
 
 - :class:`KeyLocator` — the table's key (primary key, else a unique NOT NULL
@@ -43,8 +48,9 @@ class Locator(Protocol):
     def select(self, where: Values) -> list[tuple[object, Image]]:
         """Lock and read the rows matching ``where``: (locator, before image) each, in key order."""
 
-    def update(self, loc: object, before: Image, changes: Values) -> object:
-        """Apply ``changes`` to the one row at ``loc``; the row's locator afterwards."""
+    def update(self, loc: object, before: Image, changes: Values) -> tuple[object, Image | None]:
+        """Apply ``changes`` to the one row at ``loc``: the row's locator afterwards, and its
+        after image when the UPDATE returned it."""
 
     def read(self, loc: object) -> Image:
         """The current image of the row at ``loc``."""
@@ -94,12 +100,12 @@ class KeyLocator(_Base):
         rows = self.session.query(sql, list(where.values()))
         return [(tuple(row[p] for p in self.key), tuple(row)) for row in rows]
 
-    def update(self, loc: object, before: Image, changes: Values) -> object:
+    def update(self, loc: object, before: Image, changes: Values) -> tuple[object, Image | None]:
         assert isinstance(loc, tuple)
         sets, params = self.assignments(changes)
         sql = f"UPDATE {self.table} SET {sets} WHERE {self.by_key}"  # noqa: S608
         self.session.execute(sql, [*params, *loc])
-        return tuple(changes.get(p, old) for p, old in zip(self.key, loc, strict=True))
+        return tuple(changes.get(p, old) for p, old in zip(self.key, loc, strict=True)), None
 
     def read(self, loc: object) -> Image:
         assert isinstance(loc, tuple)
@@ -132,11 +138,17 @@ class RowidLocator(_Base):
         )
         return [(row[0], tuple(row[1:])) for row in self.session.query(sql, list(where.values()))]
 
-    def update(self, loc: object, before: Image, changes: Values) -> object:
+    def update(self, loc: object, before: Image, changes: Values) -> tuple[object, Image | None]:
         sets, params = self.assignments(changes)
-        self.session.execute(f"UPDATE {self.table} SET {sets} WHERE rowid = ?", [*params, loc])  # noqa: S608
+        sql = f"UPDATE {self.table} SET {sets} WHERE rowid = ?"  # noqa: S608
         alias = self.entry.auto_increment  # SQLite's INTEGER PRIMARY KEY is the rowid itself
-        return changes[alias] if alias is not None and alias in changes else loc
+        moved = changes[alias] if alias is not None and alias in changes else loc
+        if "update" in self.session.returning:
+            return moved, self.one(
+                self.session.query(f"{sql} RETURNING {self.columns}", [*params, loc]), "UPDATE"
+            )
+        self.session.execute(sql, [*params, loc])
+        return moved, None
 
     def read(self, loc: object) -> Image:
         sql = f"SELECT {self.columns} FROM {self.table} WHERE rowid = ?"  # noqa: S608
@@ -164,11 +176,11 @@ class ImageLocator(_Base):
         sql = f"SELECT {self.columns} FROM {self.table} WHERE {self.where(list(where))}{self.d.lock_rows}"  # noqa: S608
         return [(tuple(row), tuple(row)) for row in self.session.query(sql, list(where.values()))]
 
-    def update(self, loc: object, before: Image, changes: Values) -> object:
+    def update(self, loc: object, before: Image, changes: Values) -> tuple[object, Image | None]:
         sets, params = self.assignments(changes)
         sql = f"UPDATE {self.table} SET {sets} WHERE {self.everything} LIMIT 1"  # noqa: S608
         self.session.execute(sql, [*params, *before])
-        return tuple(changes.get(p, old) for p, old in enumerate(before))
+        return tuple(changes.get(p, old) for p, old in enumerate(before)), None
 
     def read(self, loc: object) -> Image:
         assert isinstance(loc, tuple)
@@ -211,6 +223,11 @@ def insert_row(session: Session, locator: Locator, entry: TableEntry, values: Va
         sql = f"INSERT INTO {table} ({names}) VALUES ({d.params(len(values))})"  # noqa: S608
     else:
         sql = f"INSERT INTO {table} {d.default_row}"
+    if "insert" in session.returning:
+        returned = session.query(
+            f"{sql} RETURNING {', '.join(d.quote(n) for n in entry.names)}", list(values.values())
+        )
+        return tuple(returned[0])
     last_id = session.insert(sql, list(values.values()))
     return locator.read(locator.inserted(values, last_id))
 
@@ -219,14 +236,23 @@ def update_rows(locator: Locator, where: Values, changes: Values) -> list[tuple[
     """Change every row matching ``where``, one at a time; (before, after) per row that changed."""
     pairs: list[tuple[Image, Image]] = []
     for loc, before in locator.select(where):
-        after = locator.read(locator.update(loc, before, changes))
+        moved, after = locator.update(loc, before, changes)
+        if after is None:
+            after = locator.read(moved)
         if after != before:
             pairs.append((before, after))
     return pairs
 
 
-def delete_rows(locator: Locator, where: Values) -> list[Image]:
-    """Delete every row matching ``where``; their before images, in key order."""
+def delete_rows(session: Session, locator: Locator, entry: TableEntry, where: Values) -> list[Image]:
+    """Delete every row matching ``where``; their before images (in key order, unless RETURNING)."""
+    if "delete" in session.returning:
+        d = session.dialect
+        names = entry.names
+        condition = " AND ".join(d.eq(names[p]) for p in where) or "1 = 1"
+        columns = ", ".join(d.quote(n) for n in names)
+        sql = f"DELETE FROM {d.quote(entry.name)} WHERE {condition} RETURNING {columns}"  # noqa: S608
+        return [tuple(row) for row in session.query(sql, list(where.values()))]
     befores: list[Image] = []
     for loc, before in locator.select(where):
         locator.delete(loc, before)

@@ -27,6 +27,7 @@ and cannot be undone: if its Prewrite cannot be written the writer raises
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from bridge import binlog
@@ -70,11 +71,19 @@ class _Plan:
 class DdlRunner:
     """Runs DDL statements for a :class:`~bridge.producer.writer.TxnWriter`; thread-safe."""
 
-    def __init__(self, upstream: Upstream, catalog: Catalog, pumps: BinlogSink, pool: SessionPool) -> None:
+    def __init__(
+        self,
+        upstream: Upstream,
+        catalog: Catalog,
+        pumps: BinlogSink,
+        pool: SessionPool,
+        timestamp: Callable[[], int],
+    ) -> None:
         self._upstream = upstream
         self._catalog = catalog
         self._pumps = pumps
         self._pool = pool
+        self._timestamp = timestamp
 
     def run(self, sql: str) -> DdlResult | None:
         """Execute one DDL and emit its binlogs; None when IF [NOT] EXISTS made it a no-op."""
@@ -92,7 +101,7 @@ class DdlRunner:
             if plan is None:
                 book.rollback()
                 return None
-            plan.start_ts = self._pumps.get_timestamp()
+            plan.start_ts = self._timestamp()
             executor.execute(sql)
             change = self._described(plan, executor)
             self._prewrite(plan, change, book)
@@ -167,7 +176,7 @@ class DdlRunner:
         """Take commit_ts and commit the bookkeeping (schema and status row)."""
         commit_ts = 0
         try:
-            commit_ts = self._pumps.get_timestamp()
+            commit_ts = self._timestamp()
             schema = change.table_schema if change.HasField("table_schema") else plan.previous
             assert schema is not None
             self._catalog.save(book, schema, commit_ts, live=plan.statement.kind != Kind.DROP_TABLE)

@@ -47,6 +47,14 @@ def _bit_to_int(data: Any) -> Any:
 _CONVERSIONS: dict[Any, Any] = {**conversions, FIELD_TYPE.BIT: _bit_to_int}
 
 
+def _returning(version: str) -> frozenset[str]:
+    """MariaDB 10.5 added INSERT ... RETURNING (DELETE ... RETURNING is older); MySQL has neither."""
+    if "mariadb" not in version.lower():
+        return frozenset()
+    major, minor = (int(part) for part in version.split(".")[:2])
+    return frozenset({"insert", "delete"}) if (major, minor) >= (10, 5) else frozenset({"delete"})
+
+
 class MySQLSession:
     """One pymysql connection; see :class:`bridge.producer.upstream.Session`."""
 
@@ -54,6 +62,7 @@ class MySQLSession:
 
     def __init__(self, dsn: Dsn, connect_timeout: float) -> None:
         self.broken = False
+        self.returning: frozenset[str] = frozenset()
         self._where = dsn.redacted()
         try:
             self._conn = pymysql.connect(
@@ -151,12 +160,15 @@ class MySQLUpstream:
         self.database = dsn.database
         self._connect_timeout = connect_timeout
         self._mariadb: bool | None = None
+        self._returning: frozenset[str] = frozenset()
 
     def connect(self) -> MySQLSession:
         session = MySQLSession(self.dsn, self._connect_timeout)
         if self._mariadb is None:
             version = str(session.query("SELECT VERSION()")[0][0])
             self._mariadb = "mariadb" in version.lower()
+            self._returning = _returning(version)
+        session.returning = self._returning
         return session
 
     def describe(self) -> str:

@@ -34,6 +34,8 @@ log = logging.getLogger(__name__)
 
 DATABASE = "main"
 _BUSY = ("SQLITE_BUSY", "SQLITE_LOCKED")  # and their extended codes, e.g. SQLITE_BUSY_SNAPSHOT
+# SQLite 3.35 added RETURNING to INSERT, UPDATE and DELETE.
+_RETURNING = frozenset({"insert", "update", "delete"} if sqlite3.sqlite_version_info >= (3, 35) else ())
 
 
 class SQLiteSession:
@@ -43,6 +45,7 @@ class SQLiteSession:
 
     def __init__(self, path: str, write_lock: threading.Lock, busy_timeout: float) -> None:
         self.broken = False
+        self.returning = _RETURNING
         self._path = path
         self._write_lock = write_lock
         self._holding = False

@@ -1,7 +1,7 @@
 """The pump side of a transaction: where its binlogs go and how the second phase is sent.
 
 :class:`BinlogSink` is what the writer needs from the pump client —
-:class:`bridge.pumpclient.PumpsClient` provides it (``get_timestamp`` from
+:class:`bridge.pumpclient.PumpsClient` provides it (``get_timestamps`` from
 the meta service's TSO, ``write_binlog`` to the pumps).
 """
 
@@ -18,10 +18,14 @@ log = logging.getLogger(__name__)
 
 
 class BinlogSink(Protocol):
-    """Timestamps and binlog delivery; :class:`bridge.pumpclient.PumpsClient` is one."""
+    """Timestamps and binlog delivery; :class:`bridge.pumpclient.PumpsClient` is one.
 
-    def get_timestamp(self) -> int:
-        """A fresh TSO timestamp: a start_ts or commit_ts."""
+    The writer batches concurrent timestamp requests into ``get_timestamps``
+    calls (:mod:`bridge.producer.timestamps`).
+    """
+
+    def get_timestamps(self, count: int = 1) -> int:
+        """Allocate ``count`` consecutive fresh TSO timestamps; the first of them."""
 
     def write_binlog(self, binlog: binlog_pb2.Binlog) -> None:
         """Write one binlog. A Prewrite returns once durable on a pump, or raises."""

@@ -86,6 +86,9 @@ class Session(Protocol):
 
     dialect: Dialect
     broken: bool
+    # Statements that take a RETURNING clause on this server: a subset of {"insert", "update",
+    # "delete"} (MariaDB >= 10.5: insert, delete; SQLite >= 3.35: all three; MySQL: none).
+    returning: frozenset[str]
 
     def begin(self) -> None:
         """Start a transaction that will write (SQLite: BEGIN IMMEDIATE, the database write lock)."""

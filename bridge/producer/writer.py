@@ -56,6 +56,7 @@ from bridge.producer.errors import (
     UpstreamUnavailable,
 )
 from bridge.producer.status import committed_ts, purge_before, record_commit
+from bridge.producer.timestamps import TimestampBatcher
 from bridge.producer.txnlog import BinlogSink, prewrite_key, send_second_phase
 from bridge.producer.upstream import Session, SessionPool, Upstream
 from bridge.proto import binlog_pb2, row_pb2
@@ -127,7 +128,7 @@ class Transaction:
         """DELETE the rows whose columns equal ``where``; rows deleted."""
 
         def change(t: _Table) -> int:
-            befores = capture.delete_rows(t.locator, t.entry.driver_values(where))
+            befores = capture.delete_rows(self._session, t.locator, t.entry, t.entry.driver_values(where))
             for before in befores:
                 t.builder.delete(t.entry.codec.encode(t.entry.codec_values(before)))
             self.rows += len(befores)
@@ -186,7 +187,7 @@ class Transaction:
 
     def _commit_upstream(self) -> int:
         try:
-            commit_ts = self._writer.pumps.get_timestamp()
+            commit_ts = self._writer.timestamp()
             record_commit(self._session, self.start_ts, commit_ts)
             self._session.commit()
         except UpstreamUnavailable as exc:
@@ -227,16 +228,21 @@ class TxnWriter:
         self.pumps = pumps
         self.pool = SessionPool(upstream)
         self.catalog = Catalog(upstream)
-        self._ddl = DdlRunner(upstream, self.catalog, pumps, self.pool)
+        self._timestamps = TimestampBatcher(pumps.get_timestamps)
+        self._ddl = DdlRunner(upstream, self.catalog, pumps, self.pool, self.timestamp)
         with self.pool.session() as session:
             for statement in upstream.bookkeeping_ddl():
                 session.execute(statement)
+
+    def timestamp(self) -> int:
+        """A fresh TSO timestamp; concurrent requests share TSO calls."""
+        return self._timestamps.get()
 
     @contextmanager
     def transaction(self) -> Iterator[Transaction]:
         """A transaction that commits (two-phase) when the block ends, or rolls back on an exception."""
         with self.pool.session() as session:
-            start_ts = self.pumps.get_timestamp()
+            start_ts = self.timestamp()
             session.begin()
             txn = Transaction(self, session, start_ts)
             try:
