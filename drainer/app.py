@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import sys
 import time
@@ -35,6 +36,7 @@ from pathlib import Path
 import grpc
 
 from bridge.config import describe
+from bridge.errors import BridgeError
 from bridge.grpcutil import add_port, channel_options
 from bridge.meta.client import MetaClient
 from bridge.proto import drainer_pb2_grpc
@@ -169,15 +171,16 @@ async def serve(config: DrainerConfig, stop: asyncio.Event, ready: Ready = print
         stack.push_async_callback(drainer.server.stop, STOP_GRACE)
         await drainer.http.start()
         stack.push_async_callback(drainer.http.stop)
+        status_addr = config.status_advertise(drainer.http.port)
+        drainer.node.settings = dataclasses.replace(drainer.node.settings, status_addr=status_addr)
         await drainer.node.start()
         stack.push_async_callback(drainer.node.stop)
         await drainer.collector.start()
         stack.push_async_callback(drainer.collector.stop)
         syncing = asyncio.create_task(drainer.syncer.run(), name="drainer-syncer")
-        host, _ = config.status_listen()
         ready(
             f"drainer ready: node_id={drainer.node.node_id} addr={drainer.node.settings.addr} "
-            f"status={host}:{drainer.http.port}"
+            f"status={status_addr}"
         )
         await _run_until_stopped(drainer, syncing, stop)
 
@@ -193,7 +196,11 @@ async def _run_until_stopped(drainer: Drainer, syncing: asyncio.Task[None], stop
         if stop.is_set():
             log.info("stopping: writing what is built, flushing, saving the checkpoint")
         drainer.syncer.stop()
-    await syncing
+    try:
+        await syncing
+    except BridgeError as exc:
+        log.error("replication stopped: %s", exc)
+        raise
     log.info(
         "drainer %s stopped at checkpoint commit_ts %d", drainer.node.node_id, drainer.syncer.checkpoint_ts
     )

@@ -27,7 +27,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bridge.config import build, check_addr, merge_overrides, read_toml
+from bridge.config import (
+    WILDCARD_HOSTS,
+    advertise_addr,
+    build,
+    check_addr,
+    join_host_port,
+    listen_addr,
+    merge_overrides,
+    read_toml,
+)
 from bridge.errors import ConfigError
 from bridge.grpcutil import DEFAULT_MAX_MESSAGE_BYTES, SecurityConfig
 from bridge.meta.client import split_addrs
@@ -36,7 +45,6 @@ from drainer.filter import TableFilter
 DEFAULT_ADDR = "127.0.0.1:8249"
 DEFAULT_STATUS_ADDR = "127.0.0.1:8252"
 DEFAULT_META = "127.0.0.1:8248"
-WILDCARD_HOSTS = {"0.0.0.0", "::", ""}  # noqa: S104 - names listen-everywhere hosts, binds nothing
 MIB = 1 << 20
 
 
@@ -198,21 +206,18 @@ class DrainerConfig:
 
     def status_listen(self) -> tuple[str, int]:
         """Where the HTTP server listens: ``"8252"`` and ``":8252"`` mean 127.0.0.1."""
-        value = self.status_addr.strip()
-        if value.isdigit():
-            value = f"127.0.0.1:{value}"
-        elif value.startswith(":"):
-            value = f"127.0.0.1{value}"
-        return check_addr(value, "status-addr")
+        return listen_addr(self.status_addr, "status-addr")
+
+    def status_advertise(self, bound_port: int | None = None) -> str:
+        """The status address others dial (registered for ``binlog-bridge ctl``)."""
+        host, port = self.status_listen()
+        if host in WILDCARD_HOSTS:
+            host, _ = check_addr(self.advertise(), "advertise-addr")
+        return advertise_addr(join_host_port(host, port), "", bound_port)
 
     def advertise(self, bound_port: int | None = None) -> str:
         """The address pumps dial; with ``addr`` on port 0, the port actually bound."""
-        if self.advertise_addr:
-            return self.advertise_addr
-        host, port = check_addr(self.addr, "addr")
-        if bound_port is not None and port == 0:
-            port = bound_port
-        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        return advertise_addr(self.addr, self.advertise_addr, bound_port)
 
     def node_name(self, bound_port: int | None = None) -> str:
         return self.node_id or f"drainer-{self.advertise(bound_port)}"

@@ -63,6 +63,7 @@ class NodeRegistry(Protocol):
 class NodeSettings:
     node_id: str
     addr: str
+    status_addr: str = ""
     cluster_id: int = 0
     heartbeat_interval: float = 2.0
     ttl_ms: int = 6000
@@ -122,6 +123,7 @@ class DrainerNode:
                 node_id=self.node_id,
                 kind=meta_pb2.DRAINER,
                 addr=self.settings.addr,
+                status_addr=self.settings.status_addr,
                 state=self._state,
                 max_commit_ts=position,
                 ttl_ms=self.settings.ttl_ms,

@@ -45,7 +45,7 @@ from drainer.builder import EventBuilder
 from drainer.checkpoint import Checkpoint, CheckpointState
 from drainer.config import DrainerConfig
 from drainer.events import DDLEvent, Event, ResolvedEvent
-from drainer.merger import MergeFeed
+from drainer.merger import MergeFeed, PulledTxn
 from drainer.sinkdriver import SinkDriver, event_size
 from drainer.sinks.base import Sink
 
@@ -84,6 +84,7 @@ class EventQueue:
     """Built events waiting for the sink thread, bounded by count and payload bytes.
 
     An event larger than the byte bound still goes in when the queue is empty.
+    Used from one event loop: one producer (build), one consumer (drive).
     """
 
     def __init__(self, max_events: int, max_bytes: int) -> None:
@@ -92,7 +93,8 @@ class EventQueue:
         self._closed = False
         self._max_events = max_events
         self._max_bytes = max_bytes
-        self._cond = asyncio.Condition()
+        self._readable = asyncio.Event()
+        self._writable = asyncio.Event()
 
     def __len__(self) -> int:
         return len(self._items)
@@ -101,35 +103,40 @@ class EventQueue:
         return not self._items or (len(self._items) < self._max_events and self._bytes < self._max_bytes)
 
     async def put(self, event: Event) -> None:
-        async with self._cond:
-            await self._cond.wait_for(self._has_room)
-            self._items.append(event)
-            self._bytes += event_size(event)
-            self._cond.notify_all()
+        while not self._has_room():
+            self._writable.clear()
+            await self._writable.wait()
+        self._append(event)
 
-    async def close(self) -> None:
-        """No more events; :meth:`get_batch` reports the end once the queue is empty."""
-        async with self._cond:
-            self._closed = True
-            self._cond.notify_all()
+    def _append(self, event: Event) -> None:
+        self._items.append(event)
+        self._bytes += event_size(event)
+        self._readable.set()
+
+    def close(self, last: Event | None = None) -> None:
+        """No more events after ``last`` (added whatever the bounds); :meth:`get_batch`
+        reports the end once the queue is empty."""
+        if last is not None and not self._closed:
+            self._append(last)
+        self._closed = True
+        self._readable.set()
 
     async def get_batch(self, max_items: int, timeout: float | None) -> tuple[list[Event], bool]:
         """Up to ``max_items`` events (a DDL ends the batch) and whether the queue has ended."""
-        async with self._cond:
-            if not self._items and not self._closed:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(
-                        self._cond.wait_for(lambda: bool(self._items) or self._closed), timeout
-                    )
-            batch: list[Event] = []
-            while self._items and len(batch) < max_items:
-                event = self._items.popleft()
-                self._bytes -= event_size(event)
-                batch.append(event)
-                if isinstance(event, DDLEvent):
-                    break
-            self._cond.notify_all()
-            return batch, self._closed and not self._items
+        if not self._items and not self._closed:
+            self._readable.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._readable.wait(), timeout)
+        batch: list[Event] = []
+        while self._items and len(batch) < max_items:
+            event = self._items.popleft()
+            self._bytes -= event_size(event)
+            batch.append(event)
+            if isinstance(event, DDLEvent):
+                break
+        if self._has_room():
+            self._writable.set()
+        return batch, self._closed and not self._items
 
 
 class Syncer:
@@ -154,6 +161,7 @@ class Syncer:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="drainer-sink")
         self._history: list[tuple[int, bytes]] = [(start.commit_ts, start.schema)]
         self._build_task: asyncio.Task[None] | None = None
+        self._queued_ts = start.commit_ts
         self.start_ts = start.commit_ts
         self.checkpoint_ts = start.commit_ts
         self.flushed_ts = start.commit_ts
@@ -191,33 +199,42 @@ class Syncer:
     # -- build ---------------------------------------------------------------
 
     async def _build_loop(self) -> None:
-        last_sent = last_seen = self.start_ts
+        built = self.start_ts  # every transaction at or below it is built (and queued if replicated)
+        self._queued_ts = sent = self.start_ts
         sent_at = 0.0
         interval = self.settings.resolved_interval
         try:
             while True:
                 wait = max(sent_at + interval - time.monotonic(), 0.01)
-                batch = await self._feed.next_batch(last_seen, timeout=wait)
+                batch = await self._feed.next_batch(self.resolved_ts, timeout=wait)
                 for txn in batch.txns:
-                    built = self._builder.build(txn)
-                    if built.snapshot is not None:
-                        self._history.append((txn.commit_ts, built.snapshot))
-                    if built.event is not None:
-                        await self._queue.put(built.event)
-                last_seen = self.resolved_ts = batch.resolved
+                    await self._build(txn)
+                    built = txn.commit_ts
+                built = self.resolved_ts = batch.resolved
                 metrics.RESOLVED_TS.set(batch.resolved)
                 metrics.QUEUED_EVENTS.set(len(self._queue))
-                if last_seen > last_sent and time.monotonic() - sent_at >= interval:
-                    await self._queue.put(ResolvedEvent(last_seen))
+                sent = max(sent, self._queued_ts)  # events go out in strictly increasing commit_ts
+                if built > sent and time.monotonic() - sent_at >= interval:
+                    await self._queue.put(ResolvedEvent(built))
                     metrics.EVENTS.labels("resolved").inc()
-                    last_sent, sent_at = last_seen, time.monotonic()
+                    sent, sent_at = built, time.monotonic()
                 await asyncio.sleep(0)
         except BridgeError as exc:
             metrics.ERRORS.labels("fatal").inc()
             log.error("replication halted: %s", exc)
             self.halted = exc
         finally:
-            await self._queue.close()
+            # What was built before a stop or a halt may still become the checkpoint.
+            last = ResolvedEvent(built) if built > max(sent, self._queued_ts) else None
+            self._queue.close(last)
+
+    async def _build(self, txn: PulledTxn) -> None:
+        built = self._builder.build(txn)
+        if built.snapshot is not None:
+            self._history.append((txn.commit_ts, built.snapshot))
+        if built.event is not None:
+            await self._queue.put(built.event)
+            self._queued_ts = txn.commit_ts
 
     # -- drive ---------------------------------------------------------------
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+import time
 from typing import Any
 
 from bridge.cli.nodectl import STATE_ACTIONS, find_node, post_state
@@ -27,6 +28,16 @@ NODE_COLUMNS = (
     "MAX COMMIT TS",
     "LAST HEARTBEAT",
 )
+DRAINER_COLUMNS = (
+    "NODE ID",
+    "ADDR",
+    "STATE",
+    "ALIVE",
+    "CHECKPOINT TS",
+    "CHECKPOINT TIME",
+    "LAG",
+    "STATUS ADDR",
+)
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -45,6 +56,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     nodes = actions.add_parser("nodes", help="list registered pumps and drainers")
     nodes.add_argument("--kind", choices=sorted(KIND_CHOICES), help="only this kind of node")
     actions.add_parser("status", help="show the meta member answering, the leader and the cluster id")
+    actions.add_parser("drainers", help="list drainers with their checkpoints and lag")
     for action, help_text in STATE_ACTIONS.items():
         state = actions.add_parser(action, help=help_text)
         state.add_argument("node_id", help="the node's registry id (see `ctl nodes`)")
@@ -68,6 +80,9 @@ async def _run(args: argparse.Namespace, security: SecurityConfig) -> int:
             for error in response.errors:
                 print(f"warning: {error}", file=sys.stderr)
             print_table([node_row(n) for n in response.nodes])
+        elif args.action == "drainers":
+            response = await client.list_nodes(meta_pb2.DRAINER)
+            print_table([drainer_row(n, time.time()) for n in response.nodes], DRAINER_COLUMNS)
         elif args.action in STATE_ACTIONS:
             node = await find_node(client, args.node_id)
             reply = post_state(node, args.action, security)
@@ -96,7 +111,23 @@ def node_row(node: meta_pb2.NodeStatus) -> tuple[str, ...]:
     )
 
 
-def print_table(rows: list[tuple[str, ...]]) -> None:
-    widths = [max(len(c) for c in column) for column in zip(NODE_COLUMNS, *rows, strict=False)]
-    for row in (NODE_COLUMNS, *rows):
+def drainer_row(node: meta_pb2.NodeStatus, now: float) -> tuple[str, ...]:
+    """A drainer's registered checkpoint (its ``max_commit_ts``) and how far it is behind now."""
+    checkpoint = node.max_commit_ts
+    when = to_datetime(checkpoint) if checkpoint else None
+    return (
+        node.node_id,
+        node.addr,
+        STATE_NAMES.get(node.state, "?"),
+        "yes" if node.is_alive else "no",
+        str(checkpoint),
+        when.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] if when else "-",
+        f"{max(now - when.timestamp(), 0):.1f}s" if when else "-",
+        node.status_addr or "-",
+    )
+
+
+def print_table(rows: list[tuple[str, ...]], columns: tuple[str, ...] = NODE_COLUMNS) -> None:
+    widths = [max(len(c) for c in column) for column in zip(columns, *rows, strict=False)]
+    for row in (columns, *rows):
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())

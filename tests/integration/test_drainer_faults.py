@@ -1,0 +1,223 @@
+"""The drainer under bad input, sink failures and pump state changes, with real
+`binlog-bridge meta`, `pump` and `drainer` children.
+
+Bad input stops the drainer with an error naming the commit_ts and the
+``ignore-txn-commit-ts`` way out, the checkpoint below it; restarting with
+that commit_ts listed skips it (logged) and carries on.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bridge.binlog import TableMutationBuilder, commit, prewrite
+from bridge.proto import row_pb2
+from bridge.rowcodec import RowCodec
+from tests.support.drainer_cluster import (
+    DrainerProcess,
+    Producer,
+    Written,
+    check_runs,
+    delivered,
+    expected_records,
+    strip_ddl_details,
+    table,
+)
+from tests.support.process import ChildProcess, run_cli, wait_until
+from tests.support.pump_server import PumpProcess, start_meta
+from tests.support.recording_sink import SINK_TYPE
+
+pytestmark = pytest.mark.timeout(300)
+
+T = row_pb2.ColumnType
+Change = row_pb2.SchemaChange
+
+
+@pytest.fixture
+def meta_addr(tmp_path: Path, children: list[ChildProcess]) -> str:
+    child, addr = start_meta(tmp_path)
+    children.append(child)
+    return addr
+
+
+@pytest.fixture
+def pumps(tmp_path: Path, meta_addr: str) -> Iterator[list[PumpProcess]]:
+    started = [PumpProcess(tmp_path, meta_addr, node_id=f"pump-{i}") for i in range(2)]
+    for pump in started:
+        pump.start()
+    yield started
+    for pump in started:
+        pump.kill()
+
+
+@pytest.fixture
+def producer(meta_addr: str) -> Iterator[Producer]:
+    producer = Producer(meta_addr)
+    yield producer
+    producer.close()
+
+
+def drainer_with(tmp_path: Path, meta_addr: str, sink_options: str = "", extra: str = "") -> DrainerProcess:
+    tables = f'[sink."{SINK_TYPE}"]\n{sink_options}' if sink_options else ""
+    return DrainerProcess(tmp_path, meta_addr, sink_tables=tables, extra_config=extra)
+
+
+def write_misfit_row(producer: Producer) -> Written:
+    """A transaction whose row carries a column the tracked schema of shop.users does not have."""
+    wider = table("users", 10, extra=[row_pb2.Column(id=3, name="email", type=T.TEXT, nullable=True)])
+    mutation = TableMutationBuilder(10)
+    mutation.insert(RowCodec(wider).encode((99, "bad", "b@d")))
+    start_ts = producer.client.get_timestamp()
+    producer.client.write_binlog(prewrite(start_ts, [mutation.build()]))
+    commit_ts = producer.client.get_timestamp()
+    producer.client.write_binlog(commit(start_ts, commit_ts))
+    return Written(commit_ts, start_ts, "txn", [])
+
+
+def inserts(producer: Producer, start: int, count: int) -> None:
+    for i in range(start, start + count):
+        producer.txn([("insert", "users", None, (i, f"u{i}"))])
+
+
+def test_a_row_that_does_not_fit_stops_the_drainer_until_skipped(
+    pumps: list[PumpProcess], tmp_path: Path, meta_addr: str, producer: Producer
+) -> None:
+    drainer = drainer_with(tmp_path, meta_addr)
+    try:
+        drainer.start()
+        producer.create(table("users", 10))
+        inserts(producer, 0, 10)
+        good = list(producer.written)
+        bad = write_misfit_row(producer)
+        inserts(producer, 100, 5)
+        assert drainer.child is not None
+        assert drainer.child.wait(timeout=120) == 1
+        message = f"commit_ts {bad.commit_ts}: a row does not fit its schema"
+        assert message in drainer.output and "unknown column id 3" in drainer.output
+        assert f"add {bad.commit_ts} to [filter] ignore-txn-commit-ts" in drainer.output
+        assert drainer.checkpoint()["commitTS"] < bad.commit_ts
+        got = strip_ddl_details(delivered(drainer.records()))
+        assert got == expected_records(good)[: len(got)]  # the sink failed in a batch: some of it unflushed
+
+        drainer.extra_config = f"[filter]\nignore-txn-commit-ts = [{bad.commit_ts}]"
+        drainer.start()
+        drainer.wait_checkpoint(producer.written[-1].commit_ts)
+        assert re.search(
+            rf"skipping the transaction at commit_ts {bad.commit_ts} .*ignore-txn-commit-ts", drainer.output
+        )
+        expected = [w for w in producer.written if w is not bad]
+        assert strip_ddl_details(delivered(drainer.records())) == expected_records(expected)
+        check_runs(drainer.records())
+    finally:
+        drainer.kill()
+
+
+def test_a_ddl_the_tracker_cannot_apply_stops_the_drainer(
+    pumps: list[PumpProcess], tmp_path: Path, meta_addr: str, producer: Producer
+) -> None:
+    drainer = drainer_with(tmp_path, meta_addr)
+    try:
+        drainer.start()
+        producer.create(table("users", 10))
+        inserts(producer, 0, 5)
+        bad = producer.alter(table("ghosts", 12))
+        inserts(producer, 100, 5)
+        assert drainer.child is not None
+        assert drainer.child.wait(timeout=120) == 2  # a UserError: the operator decides
+        assert f"cannot replicate the transaction at commit_ts {bad.commit_ts}" in drainer.output
+        assert "ALTER TABLE shop.ghosts: the schema tracker knows no such table" in drainer.output
+        assert drainer.checkpoint()["commitTS"] < bad.commit_ts
+
+        drainer.extra_config = f"[filter]\nignore-txn-commit-ts = [{bad.commit_ts}]"
+        drainer.start()
+        drainer.wait_checkpoint(producer.written[-1].commit_ts)
+        expected = [w for w in producer.written if w is not bad]
+        assert strip_ddl_details(delivered(drainer.records())) == expected_records(expected)
+    finally:
+        drainer.kill()
+
+
+def test_retriable_sink_errors_are_retried_and_a_final_one_stops_the_drainer(
+    pumps: list[PumpProcess], tmp_path: Path, meta_addr: str, producer: Producer
+) -> None:
+    drainer = drainer_with(tmp_path, meta_addr, "fail-writes = 3")
+    try:
+        drainer.start()
+        producer.create(table("users", 10))
+        inserts(producer, 0, 20)
+        drainer.wait_checkpoint(producer.written[-1].commit_ts)
+        assert strip_ddl_details(delivered(drainer.records())) == expected_records(producer.written)
+        assert drainer.status()["sink"]["sink_retries"] == 3
+        assert 'bridge_drainer_errors_total{where="sink"} 3.0' in drainer.metrics()
+        assert drainer.stop() == 0
+
+        refused = producer.txn([("insert", "users", None, (500, "refused"))])
+        drainer.sink_tables = f'[sink."{SINK_TYPE}"]\nfail-at-commit-ts = {refused.commit_ts}'
+        drainer.start()
+        assert drainer.child is not None
+        assert drainer.child.wait(timeout=120) == 1
+        assert f"refusing commit_ts {refused.commit_ts}" in drainer.output
+        assert drainer.checkpoint()["commitTS"] < refused.commit_ts
+    finally:
+        drainer.kill()
+
+
+def test_a_paused_then_closed_pump_is_drained_and_let_go(
+    pumps: list[PumpProcess], tmp_path: Path, meta_addr: str, producer: Producer
+) -> None:
+    drainer = drainer_with(tmp_path, meta_addr)
+    third = PumpProcess(tmp_path, meta_addr, node_id="pump-leaving")
+    try:
+        drainer.start()
+        third.start()
+        producer.create(table("users", 10))
+        wait_until(lambda: "pump-leaving" in producer.client.available, what="the client to see pump-leaving")
+        inserts(producer, 0, 30)
+        assert run_cli("ctl", "--meta", meta_addr, "pause", "pump-leaving").returncode == 0
+        inserts(producer, 100, 10)  # the paused pump still holds the merge only at its watermark
+        assert run_cli("ctl", "--meta", meta_addr, "resume", "pump-leaving").returncode == 0
+        inserts(producer, 200, 10)
+        closing = run_cli("ctl", "--meta", meta_addr, "close", "pump-leaving")
+        assert closing.returncode == 0, closing.stderr
+        assert third.child is not None
+        assert third.child.wait(timeout=120) == 0  # offline once the drainer's checkpoint passed it
+        assert drainer.child is not None
+        drainer.child.wait_for_line(r"pump pump-leaving drained to its final watermark")
+        inserts(producer, 300, 20)
+        drainer.wait_checkpoint(producer.written[-1].commit_ts)
+        assert strip_ddl_details(delivered(drainer.records())) == expected_records(producer.written)
+        assert {p["node_id"] for p in drainer.status()["pumps"]} == {"pump-0", "pump-1"}
+    finally:
+        third.kill()
+        drainer.kill()
+
+
+def test_ctl_shows_drainers_and_their_checkpoints(
+    pumps: list[PumpProcess], tmp_path: Path, meta_addr: str, producer: Producer
+) -> None:
+    drainer = drainer_with(tmp_path, meta_addr)
+    try:
+        drainer.start()
+        producer.create(table("users", 10))
+        inserts(producer, 0, 3)
+        drainer.wait_checkpoint(producer.written[-1].commit_ts)
+
+        def shown_checkpoint() -> int:
+            shown = run_cli("ctl", "--meta", meta_addr, "drainers")
+            assert shown.returncode == 0, shown.stderr
+            header, row = shown.stdout.splitlines()[:2]
+            assert header.split()[:4] == ["NODE", "ID", "ADDR", "STATE"] and "CHECKPOINT TS" in header
+            cells = row.split()
+            assert cells[0] == "drainer-1" and cells[2:4] == ["online", "yes"]
+            return int(cells[4])
+
+        wait_until(
+            lambda: shown_checkpoint() >= producer.written[-1].commit_ts,
+            what="ctl drainers to show the checkpoint",
+        )
+    finally:
+        drainer.kill()
