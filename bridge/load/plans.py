@@ -140,10 +140,20 @@ def doc(w: Worker, txn_size: int, large_size: int) -> Plan:
     return plan
 
 
+def _insert_many(table: str, rows: list[dict[str, object]]) -> Step:
+    def step(txn: Transaction) -> None:
+        txn.insert_many(table, rows)
+
+    return step
+
+
 def large(w: Worker, txn_size: int, large_size: int) -> Plan:
-    """``large_size`` row changes: orders and events inserted, a tenth of the orders updated."""
+    """``large_size`` row changes: orders and events inserted in bulk, a tenth of the orders updated."""
     plan = Plan("large")
-    keys = [_new_order(w, plan, "bulk") for _ in range(max(1, large_size * 9 // 20))]
+    keys = [w.keys["load_orders"].allocate() for _ in range(max(1, large_size * 9 // 20))]
+    plan.steps.append(_insert_many("load_orders", [w.order_row(key) for key in keys]))
+    plan.steps.append(_insert_many("load_events", [w.event_row("bulk", key) for key in keys]))
+    plan.added.extend(("load_orders", key) for key in keys)
     for key in keys[: max(1, large_size // 10)]:
         plan.steps.append(_update("load_orders", {"id": key}, {"status": "bulk"}))
     return plan

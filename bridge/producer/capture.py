@@ -232,6 +232,29 @@ def insert_row(session: Session, locator: Locator, entry: TableEntry, values: Va
     return locator.read(locator.inserted(values, last_id))
 
 
+def insert_rows(session: Session, locator: Locator, entry: TableEntry, rows: Sequence[Values]) -> list[Image]:
+    """INSERT rows that all give the same columns; their full images, in the order given.
+
+    With INSERT ... RETURNING this is one multi-row statement; the rows it
+    returns are matched to the rows given only as a whole, which is all a
+    binlog needs (rows of one statement are distinct, or interchangeable).
+    """
+    if len(rows) < 2 or "insert" not in session.returning or not rows[0]:
+        return [insert_row(session, locator, entry, values) for values in rows]
+    d = session.dialect
+    names = ", ".join(d.quote(entry.names[p]) for p in rows[0])
+    one = f"({d.params(len(rows[0]))})"
+    columns = ", ".join(d.quote(n) for n in entry.names)
+    sql = (
+        f"INSERT INTO {d.quote(entry.name)} ({names}) VALUES {', '.join([one] * len(rows))} "  # noqa: S608
+        f"RETURNING {columns}"
+    )
+    returned = session.query(sql, [value for values in rows for value in values.values()])
+    if len(returned) != len(rows):
+        raise UpstreamError(f"table {entry.name}: {len(rows)} rows inserted, {len(returned)} returned")
+    return [tuple(row) for row in returned]
+
+
 def update_rows(locator: Locator, where: Values, changes: Values) -> list[tuple[Image, Image]]:
     """Change every row matching ``where``, one at a time; (before, after) per row that changed."""
     pairs: list[tuple[Image, Image]] = []

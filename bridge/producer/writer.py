@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -77,6 +77,18 @@ class _Table:
         self.builder = binlog.TableMutationBuilder(entry.table_id)
 
 
+def _batches(rows: Iterable[Mapping[str, object]], size: int) -> Iterator[list[Mapping[str, object]]]:
+    """Consecutive rows with the same column names, at most ``size`` per batch."""
+    group: list[Mapping[str, object]] = []
+    for row in rows:
+        if group and (len(group) >= size or row.keys() != group[0].keys()):
+            yield group
+            group = []
+        group.append(row)
+    if group:
+        yield group
+
+
 class Transaction:
     """One upstream transaction and its binlogs; see the module docstring.
 
@@ -102,6 +114,22 @@ class Transaction:
             t.builder.insert(t.entry.codec.encode(after))
             self.rows += 1
             return dict(zip(t.entry.names, after, strict=True))
+
+        return self._change(table, change)
+
+    def insert_many(self, table: str, rows: Iterable[Mapping[str, object]], batch: int = 500) -> int:
+        """INSERT many rows; returns how many. Consecutive rows giving the same columns go in one
+        multi-row statement of up to ``batch`` rows where the server has INSERT ... RETURNING."""
+
+        def change(t: _Table) -> int:
+            count = 0
+            for group in _batches(rows, batch):
+                driver_rows = [t.entry.driver_values(values) for values in group]
+                for image in capture.insert_rows(self._session, t.locator, t.entry, driver_rows):
+                    t.builder.insert(t.entry.codec.encode(t.entry.codec_values(image)))
+                count += len(group)
+            self.rows += count
+            return count
 
         return self._change(table, change)
 

@@ -2,7 +2,8 @@
 in the Prewrite and decoded with the DDL binlog's schema — for MariaDB (marker ``mysql``) and SQLite.
 
 Every row is also deleted again through a table *without* a key, whose rows the writer locates
-by their full image: each value must survive the trip back into a WHERE clause as well.
+by their full image: each value must survive the trip back into a WHERE clause as well. Each
+upstream runs twice: with RETURNING (MariaDB 10.5+, SQLite 3.35+) and without (what MySQL gets).
 """
 
 from __future__ import annotations
@@ -104,19 +105,40 @@ SQLITE_ROWS: list[tuple[dict[str, Any], dict[str, Any]]] = [
 ]  # fmt: skip
 
 
-@pytest.fixture(params=["sqlite", pytest.param("mysql", marks=pytest.mark.mysql)])
-def case(
-    request: pytest.FixtureRequest, tmp_path: Any, unique_name: str
-) -> Iterator[tuple[Dsn, str, dict, list]]:  # type: ignore[type-arg]
-    if request.param == "sqlite":
-        yield Dsn("sqlite", path=str(tmp_path / "types.db")), SQLITE_COLUMNS, SQLITE_TYPES, SQLITE_ROWS
+def without_returning(upstream: Any) -> Any:
+    """The same upstream with RETURNING unused: the statements a server without it gets (MySQL)."""
+    connect = upstream.connect
+
+    def plain_connect() -> Any:
+        session = connect()
+        session.returning = frozenset()
+        return session
+
+    upstream.connect = plain_connect
+    return upstream
+
+
+@pytest.fixture(
+    params=[
+        "sqlite",
+        "sqlite-plain",
+        pytest.param("mysql", marks=pytest.mark.mysql),
+        pytest.param("mysql-plain", marks=pytest.mark.mysql),
+    ]
+)
+def case(request: pytest.FixtureRequest, tmp_path: Any, unique_name: str) -> Iterator[tuple[Any, ...]]:
+    plain = request.param.endswith("-plain")
+    if request.param.startswith("sqlite"):
+        upstream = open_upstream(Dsn("sqlite", path=str(tmp_path / "types.db")))
+        yield without_returning(upstream) if plain else upstream, SQLITE_COLUMNS, SQLITE_TYPES, SQLITE_ROWS
         return
     dsn = server_dsn()
     conn = admin(dsn)
     with conn.cursor() as cur:
         cur.execute(f"CREATE DATABASE `{unique_name}`")
     try:
-        yield dsn.with_database(unique_name), MYSQL_COLUMNS, MYSQL_TYPES, MYSQL_ROWS
+        upstream = open_upstream(dsn.with_database(unique_name))
+        yield without_returning(upstream) if plain else upstream, MYSQL_COLUMNS, MYSQL_TYPES, MYSQL_ROWS
     finally:
         with conn.cursor() as cur:
             cur.execute(f"DROP DATABASE IF EXISTS `{unique_name}`")
@@ -128,8 +150,8 @@ def expected_row(columns: list[str], written: dict[str, Any], decoded: dict[str,
 
 
 def test_values_round_trip_through_upstream_and_binlog(services: Services, case: tuple[Any, ...]) -> None:
-    dsn, columns_sql, types, rows = case
-    writer = TxnWriter(open_upstream(dsn), services.pumps)
+    upstream, columns_sql, types, rows = case
+    writer = TxnWriter(upstream, services.pumps)
     created = writer.ddl(f"CREATE TABLE typed (id INT NOT NULL PRIMARY KEY, {columns_sql})")
     keyless = writer.ddl(
         f"CREATE TABLE typed_keyless (id INT NOT NULL, {columns_sql.replace('fl FLOAT NULL, ', '')})"
@@ -165,12 +187,13 @@ def test_values_round_trip_through_upstream_and_binlog(services: Services, case:
 
 
 def test_column_details_reach_the_schema(services: Services, case: tuple[Any, ...]) -> None:
-    dsn, columns_sql, _, _ = case
-    writer = TxnWriter(open_upstream(dsn), services.pumps)
+    upstream, columns_sql, _, _ = case
+    mysql = upstream.dialect.name == "mysql"
+    writer = TxnWriter(upstream, services.pumps)
     created = writer.ddl(f"CREATE TABLE typed (id INT NOT NULL PRIMARY KEY, {columns_sql})")
     assert created is not None
     columns = {c.name: c for c in created.change.table_schema.columns}
-    assert (columns["dc"].precision, columns["dc"].scale) == ((20, 6) if dsn.is_mysql else (15, 4))
+    assert (columns["dc"].precision, columns["dc"].scale) == ((20, 6) if mysql else (15, 4))
     assert (columns["dtt"].fsp, columns["ts"].fsp, columns["tm"].fsp) == (6, 3, 2)
     assert (columns["ch"].length, columns["vc"].length, columns["bn"].length, columns["bt"].length) == (
         4,
@@ -179,7 +202,7 @@ def test_column_details_reach_the_schema(services: Services, case: tuple[Any, ..
         12,
     )
     assert not columns["id"].nullable and columns["vc"].nullable
-    if dsn.is_mysql:
+    if mysql:
         assert list(columns["en"].elems) == ["a", "b b", "c'q"] and list(columns["st"].elems) == [
             "x",
             "y",

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import grpc
 import pymysql
@@ -132,6 +133,14 @@ def upstream_dsn(request: pytest.FixtureRequest, tmp_path: Path, unique_name: st
         with conn.cursor() as cur:
             cur.execute(f"DROP DATABASE IF EXISTS `{unique_name}`")
         conn.close()
+
+
+def dsn_text(dsn: Dsn) -> str:
+    """The DSN as text with its password, for a child process."""
+    if dsn.is_sqlite:
+        return f"sqlite://{Path(dsn.path).resolve()}"
+    auth = quote(dsn.user, safe="") + (f":{quote(dsn.password, safe='')}" if dsn.password else "")
+    return f"mysql://{auth}@{dsn.host}:{dsn.port}/{dsn.database}"
 
 
 def query(dsn: Dsn, sql: str) -> list[tuple[Any, ...]]:
@@ -348,3 +357,23 @@ def test_primary_key_change_and_auto_increment(
         (second["id"], "two"),
         (100, "moved"),
     ]
+
+
+def test_insert_many_in_multi_row_statements(
+    services: Services, writer: TxnWriter, upstream_dsn: Dsn
+) -> None:
+    created = writer.ddl(
+        "CREATE TABLE bulk (id INT NOT NULL PRIMARY KEY, v VARCHAR(10) NULL, n INT NOT NULL DEFAULT 7)"
+    )
+    assert created is not None
+    rows: list[dict[str, object]] = [{"id": i, "v": f"r{i}"} for i in range(1, 1201)]
+    rows.append({"id": 5000, "n": 1})  # other columns: a batch of its own
+    with writer.transaction() as txn:
+        assert txn.insert_many("bulk", rows, batch=500) == 1201
+        assert txn.rows == 1201
+    (mutation,) = B.read_prewrite_value(services.binlogs(txn.start_ts)[0]).mutations
+    codec = RowCodec(created.change.table_schema)
+    expected = [(i, f"r{i}", 7) for i in range(1, 1201)] + [(5000, None, 1)]
+    assert sorted(codec.decode(r) for r in mutation.inserted_rows) == expected
+    assert list(mutation.sequence) == [B.MutationType.Insert] * 1201
+    assert query(upstream_dsn, "SELECT COUNT(*), SUM(n) FROM bulk") == [(1201, 1200 * 7 + 1)]
