@@ -35,7 +35,7 @@ import json
 import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from bridge.producer.errors import UnsupportedSchema
 from bridge.producer.upstream import IDENTITY, ColumnAdapter, identity
@@ -115,53 +115,63 @@ def json_columns(check_clauses: Sequence[str]) -> set[str]:
     return found
 
 
+class ColumnInfo(NamedTuple):
+    """One row of COLUMNS_SQL."""
+
+    name: str
+    data_type: str
+    column_type: str
+    default: Any
+    nullable: str
+    max_len: Any
+    precision: Any
+    scale: Any
+    fsp: Any
+    charset: Any
+    collation: Any
+    extra: str
+
+
 def column_from_info(row: Sequence[Any], table: str, json_names: set[str], mariadb: bool) -> row_pb2.Column:
     """One ``Column`` from a COLUMNS_SQL row (ids left 0)."""
-    (
-        name,
-        data_type,
-        column_type,
-        default,
-        nullable,
-        max_len,
-        precision,
-        scale,
-        fsp,
-        charset,
-        collation,
-        extra,
-    ) = row
-    kind = _SIMPLE.get(str(data_type).lower())
+    info = ColumnInfo._make(row)
+    kind = _SIMPLE.get(str(info.data_type).lower())
     if kind is None:
         raise UnsupportedSchema(
-            f"table {table}: column {name!r} has type {column_type!r}, which is not carried"
+            f"table {table}: column {info.name!r} has type {info.column_type!r}, which is not carried"
         )
-    if kind == T.TEXT and name in json_names:
+    if kind == T.TEXT and info.name in json_names:
         kind = T.JSON
     column = row_pb2.Column(
-        name=name,
+        name=info.name,
         type=kind,
-        unsigned="unsigned" in str(column_type).lower(),
-        nullable=nullable == "YES",
-        sql_type=str(column_type),
-        charset=charset or "",
-        collation=collation or "",
-        auto_increment="auto_increment" in str(extra).lower(),
+        unsigned="unsigned" in str(info.column_type).lower(),
+        nullable=info.nullable == "YES",
+        sql_type=str(info.column_type),
+        charset=info.charset or "",
+        collation=info.collation or "",
+        auto_increment="auto_increment" in str(info.extra).lower(),
     )
-    if kind in (T.CHAR, T.VARCHAR, T.BINARY, T.VARBINARY):
-        column.length = int(max_len)
-    elif kind == T.BIT:
-        column.length = int(precision)
-    elif kind == T.DECIMAL:
-        column.precision, column.scale = int(precision), int(scale)
-    elif kind in (T.TIME, T.DATETIME, T.TIMESTAMP):
-        column.fsp = int(fsp or 0)
-    elif kind in (T.ENUM, T.SET):
-        column.elems.extend(parse_members(str(column_type)))
-    sql_default = _default_text(default, column, str(extra), mariadb)
+    _set_sizes(column, info)
+    sql_default = _default_text(info.default, column, str(info.extra), mariadb)
     if sql_default is not None:
         column.default_value = sql_default
     return column
+
+
+def _set_sizes(column: row_pb2.Column, info: ColumnInfo) -> None:
+    """Length, precision/scale, fsp or members: what the type's values are checked against."""
+    kind = column.type
+    if kind in (T.CHAR, T.VARCHAR, T.BINARY, T.VARBINARY):
+        column.length = int(info.max_len)
+    elif kind == T.BIT:
+        column.length = int(info.precision)
+    elif kind == T.DECIMAL:
+        column.precision, column.scale = int(info.precision), int(info.scale)
+    elif kind in (T.TIME, T.DATETIME, T.TIMESTAMP):
+        column.fsp = int(info.fsp or 0)
+    elif kind in (T.ENUM, T.SET):
+        column.elems.extend(parse_members(str(info.column_type)))
 
 
 def _default_text(default: Any, column: row_pb2.Column, extra: str, mariadb: bool) -> str | None:
