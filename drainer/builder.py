@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import cast
 
 from google.protobuf.message import DecodeError
+from prometheus_client import Counter
 
 from bridge.binlog import MutationType, iter_changes, parse_binlog, read_schema_change
 from bridge.errors import ProtocolError, UserError
@@ -48,6 +49,12 @@ _KINDS: dict[int, ChangeKind] = {
     MutationType.Update: "update",
     MutationType.DeleteRow: "delete",
 }
+
+
+_EVENTS_TXN = metrics.EVENTS.labels("txn")
+_EVENTS_DDL = metrics.EVENTS.labels("ddl")
+_EVENTS_FILTERED = metrics.EVENTS.labels("filtered")
+_EVENTS_IGNORED = metrics.EVENTS.labels("ignored")
 
 
 class HaltError(UserError):
@@ -69,8 +76,9 @@ class Built:
 
 
 def _prewrite_value(payload: bytes, span: tuple[int, int] | None) -> binlog_pb2.PrewriteValue:
+    """The PrewriteValue of a pulled binlog; ``span`` (where it lies, if known) spares a copy."""
     if span is None:
-        return binlog_pb2.PrewriteValue()
+        return binlog_pb2.PrewriteValue.FromString(binlog_pb2.Binlog.FromString(payload).prewrite_value)
     # protobuf parses any buffer; a memoryview slice spares copying a large transaction's rows.
     view = cast(bytes, memoryview(payload)[span[0] : span[1]])
     return binlog_pb2.PrewriteValue.FromString(view)
@@ -131,6 +139,7 @@ class EventBuilder:
         self.tracker = tracker
         self._filter = table_filter
         self._ignored = ignored
+        self._row_counters: dict[str, tuple[Counter, ...]] = {}
 
     def build(self, txn: PulledTxn) -> Built:
         if txn.commit_ts in self._ignored:
@@ -139,7 +148,7 @@ class EventBuilder:
                 txn.commit_ts,
                 txn.start_ts,
             )
-            metrics.EVENTS.labels("ignored").inc()
+            _EVENTS_IGNORED.inc()
             return Built(None)
         if txn.ddl:
             return self._ddl(txn)
@@ -167,9 +176,9 @@ class EventBuilder:
         log.info("DDL at commit_ts %d applied: %s", txn.commit_ts, query[:200])
         snapshot = self.tracker.snapshot()
         if not self._filter.allows_change(change):
-            metrics.EVENTS.labels("filtered").inc()
+            _EVENTS_FILTERED.inc()
             return Built(None, snapshot)
-        metrics.EVENTS.labels("ddl").inc()
+        _EVENTS_DDL.inc()
         return Built(DDLEvent(txn.start_ts, txn.commit_ts, txn.payload, query, change), snapshot)
 
     def _dml(self, txn: PulledTxn) -> TxnEvent | None:
@@ -192,18 +201,19 @@ class EventBuilder:
             codecs[mutation.table_id] = tracked.codec
             rows += self._count_rows(tracked.name, mutation)
         if not codecs:
-            metrics.EVENTS.labels("filtered").inc()
+            _EVENTS_FILTERED.inc()
             return None
-        metrics.EVENTS.labels("txn").inc()
+        _EVENTS_TXN.inc()
         decode = _Decoder(txn.payload, txn.value_span, codecs, txn.commit_ts)
         return TxnEvent(txn.start_ts, txn.commit_ts, txn.payload, decode, rows)
 
-    @staticmethod
-    def _count_rows(table: str, mutation: binlog_pb2.TableMutation) -> int:
-        inserts = len(mutation.inserted_rows)
-        updates = len(mutation.updated_rows) // 2
-        deletes = len(mutation.deleted_rows)
-        for kind, count in (("insert", inserts), ("update", updates), ("delete", deletes)):
+    def _count_rows(self, table: str, mutation: binlog_pb2.TableMutation) -> int:
+        counters = self._row_counters.get(table)
+        if counters is None:
+            counters = tuple(metrics.ROWS.labels(table, kind) for kind in ("insert", "update", "delete"))
+            self._row_counters[table] = counters
+        counts = (len(mutation.inserted_rows), len(mutation.updated_rows) // 2, len(mutation.deleted_rows))
+        for counter, count in zip(counters, counts, strict=True):
             if count:
-                metrics.ROWS.labels(table, kind).inc(count)
-        return inserts + updates + deletes
+                counter.inc(count)
+        return sum(counts)

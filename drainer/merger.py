@@ -51,7 +51,8 @@ class PulledTxn:
     """One committed transaction as pulled: its binlog bytes, held once and decoded later.
 
     ``value_span`` is where ``prewrite_value`` lies in ``payload`` (``None``
-    when it has none); ``ddl`` says whether the binlog is a DDL.
+    when not located: the payload is parsed again to find it); ``ddl`` says
+    whether the binlog is a DDL.
     """
 
     start_ts: int

@@ -26,8 +26,9 @@ from typing import Any
 
 import google_crc32c
 import grpc
+from google.protobuf.message import DecodeError
 
-from bridge.binlog import BinlogType
+from bridge.binlog import Binlog, BinlogType
 from bridge.errors import ProtocolError
 from bridge.grpcutil import DEFAULT_MAX_MESSAGE_BYTES, SecurityConfig, aio_channel
 from bridge.proto import pump_pb2, pump_pb2_grpc
@@ -39,6 +40,7 @@ log = logging.getLogger(__name__)
 INITIAL_BACKOFF = 0.1
 MAX_BACKOFF = 2.0
 ERROR_LOG_EVERY = 10.0  # seconds between repeated "cannot pull" warnings for one pump
+SCAN_FROM_BYTES = 64 << 10  # larger payloads are scanned, not parsed, so their rows are not copied
 
 _VARINT, _FIXED64, _LENGTH, _FIXED32 = 0, 1, 2, 5
 _TP, _START_TS, _COMMIT_TS, _PREWRITE_VALUE, _DDL_JOB_ID = 1, 2, 3, 5, 7
@@ -46,7 +48,8 @@ _TP, _START_TS, _COMMIT_TS, _PREWRITE_VALUE, _DDL_JOB_ID = 1, 2, 3, 5, 7
 
 @dataclass(frozen=True, slots=True)
 class BinlogHeader:
-    """The scalar fields of a serialized Binlog and where ``prewrite_value`` lies."""
+    """The scalar fields of a serialized Binlog and where ``prewrite_value`` lies (None: not
+    located; the payload is small enough to parse again)."""
 
     tp: int
     start_ts: int
@@ -55,7 +58,7 @@ class BinlogHeader:
     value_span: tuple[int, int] | None
 
 
-def _varint(data: memoryview, pos: int) -> tuple[int, int]:
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
     result = shift = 0
     while True:
         if pos >= len(data) or shift > 63:
@@ -76,24 +79,32 @@ def _int64(value: int) -> int:
 def scan_header(payload: bytes) -> BinlogHeader:
     """Read the top-level fields of a serialized Binlog without copying its row data.
 
-    The last value of a field wins, as in protobuf parsing (a pump appends
-    ``tp = Commit`` and ``commit_ts`` to the stored Prewrite). Raises
-    :class:`ProtocolError` for bytes that are not protobuf wire format.
+    A payload up to :data:`SCAN_FROM_BYTES` is simply parsed (protobuf's C
+    parser beats a Python scan there) and its ``value_span`` is None: the
+    builder parses it again for its rows. A larger one is walked field by
+    field; the last value of a field wins, as in protobuf parsing (a pump
+    appends ``tp = Commit`` and ``commit_ts`` to the stored Prewrite).
+    Raises :class:`ProtocolError` for bytes that are not protobuf wire format.
     """
-    data = memoryview(payload)
+    if len(payload) <= SCAN_FROM_BYTES:
+        try:
+            binlog = Binlog.FromString(payload)
+        except DecodeError as exc:
+            raise ProtocolError(f"binlog payload: not a binlog.Binlog: {exc}") from None
+        return BinlogHeader(binlog.tp, binlog.start_ts, binlog.commit_ts, binlog.ddl_job_id, None)
     scalars = {_TP: 0, _START_TS: 0, _COMMIT_TS: 0, _DDL_JOB_ID: 0}
     span: tuple[int, int] | None = None
     pos = 0
-    while pos < len(data):
-        key, pos = _varint(data, pos)
+    while pos < len(payload):
+        key, pos = _varint(payload, pos)
         number, wire = key >> 3, key & 7
         if wire == _VARINT:
-            value, pos = _varint(data, pos)
+            value, pos = _varint(payload, pos)
             if number in scalars:
                 scalars[number] = _int64(value)
         elif wire == _LENGTH:
-            length, pos = _varint(data, pos)
-            if pos + length > len(data):
+            length, pos = _varint(payload, pos)
+            if pos + length > len(payload):
                 raise ProtocolError(f"binlog payload: field {number} runs past the end")
             if number == _PREWRITE_VALUE:
                 span = (pos, pos + length)
@@ -102,7 +113,7 @@ def scan_header(payload: bytes) -> BinlogHeader:
             pos += 8 if wire == _FIXED64 else 4
         else:
             raise ProtocolError(f"binlog payload: unsupported wire type {wire} in field {number}")
-    if pos != len(data):
+    if pos != len(payload):
         raise ProtocolError("binlog payload: truncated field")
     return BinlogHeader(scalars[_TP], scalars[_START_TS], scalars[_COMMIT_TS], scalars[_DDL_JOB_ID], span)
 

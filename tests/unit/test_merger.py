@@ -12,7 +12,7 @@ from bridge.binlog import commit, ddl_prewrite, fake_binlog, prewrite
 from bridge.errors import ProtocolError
 from bridge.proto import binlog_pb2, pump_pb2, row_pb2
 from drainer.merger import MergeError, MergeFeed, Merger, PulledTxn
-from drainer.pull import entity_item, response_items, scan_header
+from drainer.pull import SCAN_FROM_BYTES, entity_item, response_items, scan_header
 from pump.wire import checksum
 
 
@@ -228,25 +228,36 @@ def _entity(binlog: binlog_pb2.Binlog, with_meta: bool = True) -> pump_pb2.Entit
     return entity
 
 
-def _pulled_commit(start_ts: int, commit_ts: int) -> binlog_pb2.Binlog:
-    mutation = binlog_pb2.TableMutation(table_id=1, inserted_rows=[b"r"], sequence=[binlog_pb2.Insert])
-    binlog = prewrite(start_ts, [mutation])
+def _mutation(row_bytes: int = 1) -> binlog_pb2.TableMutation:
+    return binlog_pb2.TableMutation(
+        table_id=1, inserted_rows=[b"r" * row_bytes], sequence=[binlog_pb2.Insert]
+    )
+
+
+def _pulled_commit(start_ts: int, commit_ts: int, row_bytes: int = 1) -> binlog_pb2.Binlog:
+    binlog = prewrite(start_ts, [_mutation(row_bytes)])
     binlog.MergeFrom(commit(start_ts, commit_ts))
     return binlog
 
 
-def test_scan_header_reads_the_pulled_form_without_parsing_rows() -> None:
-    binlog = _pulled_commit(100, 105)
+@pytest.mark.parametrize("row_bytes", [10, SCAN_FROM_BYTES + 1])
+def test_scan_header_reads_the_pulled_form(row_bytes: int) -> None:
+    binlog = _pulled_commit(100, 105, row_bytes)
     payload = binlog.SerializeToString()
     header = scan_header(payload)
     assert (header.tp, header.start_ts, header.commit_ts, header.ddl_job_id) == (1, 100, 105, 0)
-    assert header.value_span is not None
-    start, end = header.value_span
-    assert payload[start:end] == binlog.prewrite_value
+    if row_bytes > SCAN_FROM_BYTES:  # located, not copied
+        assert header.value_span is not None
+        start, end = header.value_span
+        assert payload[start:end] == binlog.prewrite_value
+    else:  # small enough to parse again
+        assert header.value_span is None
     # A pump appends tp and commit_ts to the stored Prewrite: the last value wins.
-    stored = prewrite(200, []).SerializeToString()
-    appended = stored + binlog_pb2.Binlog(tp=binlog_pb2.Commit, commit_ts=205).SerializeToString()
-    assert (scan_header(appended).tp, scan_header(appended).commit_ts) == (1, 205)
+    stored = prewrite(200, [_mutation(row_bytes)]).SerializeToString()
+    appended = scan_header(
+        stored + binlog_pb2.Binlog(tp=binlog_pb2.Commit, commit_ts=205).SerializeToString()
+    )
+    assert (appended.tp, appended.start_ts, appended.commit_ts) == (1, 200, 205)
 
 
 def test_entities_become_transactions_and_watermarks() -> None:

@@ -267,3 +267,15 @@ def test_a_row_that_does_not_fit_its_schema_fails_when_decoded_naming_the_commit
         ProtocolError, match=r"commit_ts 1021: a row does not fit.*unknown column id 3.*ignore-txn"
     ):
         list(event.changes())
+
+
+def test_a_large_transaction_decodes_from_its_located_rows() -> None:
+    stream = Stream()
+    schema = users()
+    stream.ddl(create(schema))
+    rows = [(i, f"name {i:06d} " + "x" * 12) for i in range(5000)]  # over SCAN_FROM_BYTES
+    pulled = stream.pulled(prewrite(1, [inserts(schema, *rows)]))
+    assert pulled.value_span is not None
+    built = stream.builder.build(pulled)
+    assert isinstance(built.event, TxnEvent) and built.event.row_count == 5000
+    assert [c.after for c in built.event.changes()] == rows
