@@ -2,14 +2,15 @@
 
 One row per table the writer ever created::
 
-    bridge_schema(table_id PK auto-increment, db, tbl, live, version, schema_pb)
+    bridge_schema(table_id PK, db, tbl, live, version, schema_pb)
 
-``table_id`` is allocated by the upstream's auto-increment when a CREATE
-TABLE starts and never reused (rows are never deleted: a dropped table keeps
-its row with ``live = 0``); ``schema_pb`` is the serialized ``TableSchema`` of
-the last DDL binlog, with its column ids; ``version`` is that DDL's
-commit_ts. Every writer process and every restart reads the same ids from
-here.
+``table_id`` is the start_ts of the CREATE TABLE that made the table: a TSO
+timestamp, so unique across every producer of the cluster (the drainer tells
+tables apart by id alone, whichever upstream they come from), and never
+reused (rows are never deleted: a dropped table keeps its row with
+``live = 0``). ``schema_pb`` is the serialized ``TableSchema`` of the last DDL
+binlog, with its column ids; ``version`` is that DDL's commit_ts. Every writer
+process and every restart reads the same ids from here.
 
 The row is also the table's lock between DML and DDL, across processes:
 
@@ -196,13 +197,14 @@ class Catalog:
             return None
         return int(rows[0][0]), row_pb2.TableSchema.FromString(bytes(rows[0][1]))
 
-    def reserve_id(self, session: Session, table: str) -> int:
-        """A new table id (not live until :meth:`save`); rolled back with the DDL if it fails."""
+    def reserve_id(self, session: Session, table: str, table_id: int) -> None:
+        """Claim ``table_id`` for a new table (not live until :meth:`save`); rolled back with the DDL."""
+        p = self._p
         sql = (
-            f"INSERT INTO {self._t} (db, tbl, live, version, schema_pb) "  # noqa: S608
-            f"VALUES ({self._p}, {self._p}, 0, 0, {self._p})"
+            f"INSERT INTO {self._t} (table_id, db, tbl, live, version, schema_pb) "  # noqa: S608
+            f"VALUES ({p}, {p}, {p}, 0, 0, {p})"
         )
-        return session.insert(sql, [self._db, table, b""])
+        session.execute(sql, [table_id, self._db, table, b""])
 
     def save(self, session: Session, schema: row_pb2.TableSchema, version: int, *, live: bool) -> None:
         """Record the schema a DDL left (``live = False`` for a drop), at ``version`` = its commit_ts."""

@@ -4,9 +4,9 @@ The flow, for one statement (:class:`DdlRunner.run`):
 
 1. recognise it (:func:`bridge.producer.ddlparse.parse_ddl`) and open the
    *bookkeeping* transaction: lock the table's ``bridge_schema`` row
-   exclusively (every DML on the table waits from here on), or reserve a new
-   table id for a CREATE;
-2. take start_ts; execute the statement; describe the table it left and give
+   exclusively (every DML on the table waits from here on);
+2. take start_ts (a CREATE claims it as the new table's id, unique across the
+   cluster's producers); execute the statement; describe the table it left and give
    it ids (:func:`bridge.producer.catalog.assign_ids`: columns keep theirs,
    new ones take fresh ones);
 3. write the DDL Prewrite (``ddl_job_id`` = start_ts, ``ddl_schema_change``
@@ -102,6 +102,9 @@ class DdlRunner:
                 book.rollback()
                 return None
             plan.start_ts = self._timestamp()
+            if plan.statement.kind == Kind.CREATE_TABLE:
+                plan.table_id = plan.start_ts
+                self._catalog.reserve_id(book, plan.statement.table, plan.table_id)
             executor.execute(sql)
             change = self._described(plan, executor)
             self._prewrite(plan, change, book)
@@ -125,7 +128,7 @@ class DdlRunner:
         if statement.if_exists and exists == (statement.kind == Kind.CREATE_TABLE):
             return None  # CREATE IF NOT EXISTS of an existing table, DROP IF EXISTS of a missing one
         if statement.kind == Kind.CREATE_TABLE:
-            return _Plan(statement, sql, self._catalog.reserve_id(book, statement.table), None)
+            return _Plan(statement, sql, 0, None)  # its table id is its start_ts
         if locked is None:
             raise UnknownTable(
                 f"DDL on {self._upstream.database}.{statement.target}, which has no schema in bridge_schema: "

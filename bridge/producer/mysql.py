@@ -179,7 +179,7 @@ class MySQLUpstream:
             f"CREATE TABLE IF NOT EXISTS `{STATUS_TABLE}` "
             "(start_ts BIGINT NOT NULL PRIMARY KEY, commit_ts BIGINT NOT NULL) ENGINE=InnoDB",
             "CREATE TABLE IF NOT EXISTS `bridge_schema` ("
-            "table_id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, "
+            "table_id BIGINT NOT NULL PRIMARY KEY, "
             "db VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, "
             "tbl VARCHAR(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, "
             "live TINYINT NOT NULL, version BIGINT NOT NULL, schema_pb MEDIUMBLOB NOT NULL, "

@@ -142,7 +142,7 @@ class SQLiteUpstream:
             f'CREATE TABLE IF NOT EXISTS "{STATUS_TABLE}" '
             "(start_ts INTEGER NOT NULL PRIMARY KEY, commit_ts INTEGER NOT NULL)",
             'CREATE TABLE IF NOT EXISTS "bridge_schema" ('
-            "table_id INTEGER PRIMARY KEY AUTOINCREMENT, db TEXT NOT NULL, tbl TEXT NOT NULL, "
+            "table_id INTEGER NOT NULL PRIMARY KEY, db TEXT NOT NULL, tbl TEXT NOT NULL, "
             "live INTEGER NOT NULL, version INTEGER NOT NULL, schema_pb BLOB NOT NULL)",
             'CREATE INDEX IF NOT EXISTS "bridge_schema_by_name" ON "bridge_schema" (db, tbl)',
         )

@@ -56,6 +56,7 @@ def test_ddl_binlog_carries_the_resulting_schema(services: Services, upstream_ds
     assert (commit.tp, commit.commit_ts) == (B.BinlogType.Commit, result.commit_ts)
     change = result.change
     assert (change.kind, change.db, change.table) == (Kind.CREATE_TABLE, writer.upstream.database, "t")
+    assert change.table_schema.table_id == result.start_ts  # a TSO timestamp: unique in the cluster
     assert [(i.name, i.primary, list(i.columns)) for i in change.table_schema.indexes] == [
         ("PRIMARY", True, ["a"])
     ]
@@ -103,6 +104,18 @@ def test_column_ids_survive_restarts_and_are_never_reused(services: Services, up
     done = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=env, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout == f"{table_id} [('a', 1), ('cc', 3), ('b', 4), ('d', 5)]\n"
+
+
+def test_table_ids_are_unique_across_upstreams(services: Services, tmp_path: Path) -> None:
+    """Two SQLite files both call their database `main`: the drainer still tells their tables apart."""
+    table_ids = []
+    for name in ("one.db", "two.db"):
+        writer = TxnWriter(open_upstream(f"sqlite://{tmp_path / name}"), services.pumps)
+        created = writer.ddl("CREATE TABLE t (a INT NOT NULL PRIMARY KEY)")
+        assert created is not None
+        table_ids.append(created.change.table_schema.table_id)
+        writer.close()
+    assert table_ids[0] != table_ids[1]
 
 
 def test_drop_rename_and_recreate(services: Services, upstream_dsn: Dsn) -> None:
