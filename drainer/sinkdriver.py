@@ -28,6 +28,7 @@ from bridge.errors import BridgeError
 from drainer import metrics
 from drainer.events import Event, ResolvedEvent
 from drainer.sinks.base import Sink
+from drainer.sinks.registry import give_schema_snapshot
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +66,8 @@ class SinkDriver:
     def name(self) -> str:
         return str(getattr(self.sink, "name", type(self.sink).__name__))
 
-    def open(self, resume_ts: int) -> None:
+    def open(self, resume_ts: int, schema_snapshot: bytes = b"") -> None:
+        give_schema_snapshot(self.sink, schema_snapshot)
         self._retry("open", lambda: self.sink.open(resume_ts))
         log.info("sink %s open; resuming after commit_ts %d", self.name, resume_ts)
 

@@ -176,7 +176,7 @@ class Syncer:
     async def run(self) -> None:
         """Open the sink and replicate until stopped; raises what stopped it otherwise."""
         try:
-            await self._in_sink_thread(self.driver.open, self.start_ts)
+            await self._in_sink_thread(self.driver.open, self.start_ts, self._history[0][1])
             self._build_task = asyncio.create_task(self._build_loop(), name="drainer-build")
             await self._drive_loop()
             if self.halted is not None:

@@ -69,12 +69,28 @@ def build_sink(types: Sequence[str], tables: Mapping[str, Mapping[str, Any]], da
     return sinks[0] if len(sinks) == 1 else FanOutSink(sinks)
 
 
+def give_schema_snapshot(sink: Sink, snapshot: bytes) -> None:
+    """Hand the schema snapshot at the resume position to a sink that asks for it.
+
+    Optional part of the protocol: a sink with ``set_schema_snapshot(snapshot:
+    bytes)`` gets it before ``open`` (the :class:`drainer.schema.SchemaTracker`
+    snapshot format), e.g. to know the tables that existed before it did.
+    """
+    setter = getattr(sink, "set_schema_snapshot", None)
+    if callable(setter):
+        setter(snapshot)
+
+
 class FanOutSink:
     """Several sinks as one: each gets every call; ``flush`` is the lowest position."""
 
     def __init__(self, sinks: Sequence[Sink]) -> None:
         self.sinks = list(sinks)
         self.name = "+".join(s.name for s in self.sinks)
+
+    def set_schema_snapshot(self, snapshot: bytes) -> None:
+        for sink in self.sinks:
+            give_schema_snapshot(sink, snapshot)
 
     def open(self, resume_ts: int) -> None:
         for sink in self.sinks:

@@ -11,7 +11,10 @@ import pytest
 from bridge.errors import ConfigError
 from drainer.checkpoint import CheckpointError, CheckpointState, build_checkpoint
 from drainer.checkpoint.file import FileCheckpoint
-from drainer.config import config_from_dict
+from drainer.config import config_from_dict, load_config
+from drainer.sinks.registry import FanOutSink, build_sink
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_save_then_load_round_trips(tmp_path: Path) -> None:
@@ -108,3 +111,12 @@ def test_config_splits_sink_and_checkpoint_tables() -> None:
         config_from_dict({"flush-interval": "1s", "flush-intervall": 2})
     with pytest.raises(ConfigError, match="initial-commit-ts: expected a commit_ts >= 0"):
         config_from_dict({"initial-commit-ts": -1})
+
+
+def test_the_example_config_loads_and_builds_its_sinks(tmp_path: Path) -> None:
+    config = load_config(ROOT / "docs" / "examples" / "drainer.toml", {"data-dir": str(tmp_path)})
+    assert config.addr == "127.0.0.1:8249" and config.node_name() == "drainer-1"
+    assert config.sink.types == ["sqlite", "file"]
+    sink = build_sink(config.sink.types, config.sink.tables, tmp_path)
+    assert isinstance(sink, FanOutSink) and sink.name == "sqlite+file"
+    build_checkpoint(config.checkpoint.table(), tmp_path, 1).close()
