@@ -249,7 +249,8 @@ def insert_rows(session: Session, locator: Locator, entry: TableEntry, rows: Seq
         f"INSERT INTO {d.quote(entry.name)} ({names}) VALUES {', '.join([one] * len(rows))} "  # noqa: S608
         f"RETURNING {columns}"
     )
-    returned = session.query(sql, [value for values in rows for value in values.values()])
+    order = list(rows[0])  # every row gives these columns, maybe in another order
+    returned = session.query(sql, [values[p] for values in rows for p in order])
     if len(returned) != len(rows):
         raise UpstreamError(f"table {entry.name}: {len(rows)} rows inserted, {len(returned)} returned")
     return [tuple(row) for row in returned]

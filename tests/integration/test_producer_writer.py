@@ -367,13 +367,14 @@ def test_insert_many_in_multi_row_statements(
     )
     assert created is not None
     rows: list[dict[str, object]] = [{"id": i, "v": f"r{i}"} for i in range(1, 1201)]
+    rows.append({"v": "reordered", "id": 1201})  # the same columns in another order
     rows.append({"id": 5000, "n": 1})  # other columns: a batch of its own
     with writer.transaction() as txn:
-        assert txn.insert_many("bulk", rows, batch=500) == 1201
-        assert txn.rows == 1201
+        assert txn.insert_many("bulk", rows, batch=500) == 1202
+        assert txn.rows == 1202
     (mutation,) = B.read_prewrite_value(services.binlogs(txn.start_ts)[0]).mutations
     codec = RowCodec(created.change.table_schema)
-    expected = [(i, f"r{i}", 7) for i in range(1, 1201)] + [(5000, None, 1)]
+    expected = [(i, f"r{i}", 7) for i in range(1, 1201)] + [(1201, "reordered", 7), (5000, None, 1)]
     assert sorted(codec.decode(r) for r in mutation.inserted_rows) == expected
-    assert list(mutation.sequence) == [B.MutationType.Insert] * 1201
-    assert query(upstream_dsn, "SELECT COUNT(*), SUM(n) FROM bulk") == [(1201, 1200 * 7 + 1)]
+    assert list(mutation.sequence) == [B.MutationType.Insert] * 1202
+    assert query(upstream_dsn, "SELECT COUNT(*), SUM(n) FROM bulk") == [(1202, 1201 * 7 + 1)]
