@@ -46,7 +46,7 @@ from drainer.checkpoint import Checkpoint, CheckpointState
 from drainer.config import DrainerConfig
 from drainer.events import DDLEvent, Event, ResolvedEvent
 from drainer.merger import MergeFeed, PulledTxn
-from drainer.sinkdriver import SinkDriver, event_size
+from drainer.sinkdriver import SinkDriver, SinkStopped, event_size
 from drainer.sinks.base import Sink
 
 log = logging.getLogger(__name__)
@@ -177,10 +177,17 @@ class Syncer:
         """Open the sink and replicate until stopped; raises what stopped it otherwise."""
         try:
             await self._in_sink_thread(self.driver.open, self.start_ts, self._history[0][1])
-            self._build_task = asyncio.create_task(self._build_loop(), name="drainer-build")
+            if self.clean_stop:
+                self._queue.close()
+            else:
+                self._build_task = asyncio.create_task(self._build_loop(), name="drainer-build")
             await self._drive_loop()
             if self.halted is not None:
                 raise self.halted
+        except SinkStopped:
+            if not self.clean_stop:
+                raise
+            log.warning("stopped while the sink was failing: the checkpoint stays at %d", self.checkpoint_ts)
         finally:
             self._abort.set()
             if self._build_task is not None:
@@ -191,8 +198,10 @@ class Syncer:
             self._executor.shutdown(wait=True)
 
     def stop(self) -> None:
-        """Begin a clean stop: no more events are built; queued ones are written and flushed."""
+        """Begin a clean stop: no more events are built; queued ones are written and flushed.
+        A sink being retried is not waited for."""
         self.clean_stop = True
+        self._abort.set()
         if self._build_task is not None:
             self._build_task.cancel()
 

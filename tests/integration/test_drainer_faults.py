@@ -166,6 +166,23 @@ def test_retriable_sink_errors_are_retried_and_a_final_one_stops_the_drainer(
         drainer.kill()
 
 
+def test_sigterm_while_the_sink_keeps_failing_stops_cleanly(
+    pumps: list[PumpProcess], tmp_path: Path, meta_addr: str, producer: Producer
+) -> None:
+    drainer = drainer_with(tmp_path, meta_addr, "fail-writes = 1000000")
+    try:
+        drainer.start()
+        producer.create(table("users", 10))
+        inserts(producer, 0, 3)
+        assert drainer.child is not None
+        drainer.child.wait_for_line(r"sink recording: write failed \(retrying")
+        assert drainer.stop() == 0
+        assert "stopped while the sink was failing" in drainer.output
+        assert not (drainer.data_dir / "checkpoint.json").exists()  # nothing was ever flushed
+    finally:
+        drainer.kill()
+
+
 def test_a_paused_then_closed_pump_is_drained_and_let_go(
     pumps: list[PumpProcess], tmp_path: Path, meta_addr: str, producer: Producer
 ) -> None:

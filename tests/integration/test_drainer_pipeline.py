@@ -201,10 +201,10 @@ def test_sigkilled_pump_is_pulled_again_after_its_restart(
     assert status["connects"] >= 2
 
 
-def test_the_seeds_transaction_reaches_a_sqlite_downstream(
+def test_the_seeds_transaction_reaches_the_sqlite_and_file_sinks(
     pumps: list[PumpProcess], tmp_path: Path, meta_addr: str, producer: Producer
 ) -> None:
-    drainer = DrainerProcess(tmp_path, meta_addr, sink_type="sqlite")
+    drainer = DrainerProcess(tmp_path, meta_addr, sink_type='["sqlite", "file"]')
     try:
         drainer.start()
         schema = table("test", 10, db="seeds")
@@ -222,6 +222,7 @@ def test_the_seeds_transaction_reaches_a_sqlite_downstream(
         drainer.wait_checkpoint(producer.written[-1].commit_ts)
         rows = downstream_rows(drainer.data_dir / "sqlite", "seeds", "test")
         assert rows == [(1, "c"), (2, "c")]
+        assert list((drainer.data_dir / "binlog-files").glob("binlog-*")), "the file sink got the stream too"
     finally:
         drainer.kill()
 

@@ -37,7 +37,7 @@ resolved-interval = "100ms"
 {extra}
 
 [sink]
-type = "{sink_type}"
+type = {sink_type}
 {sink_tables}
 """
 
@@ -52,7 +52,7 @@ class DrainerProcess:
     workdir: Path
     meta_addr: str
     node_id: str = "drainer-1"
-    sink_type: str = SINK_TYPE
+    sink_type: str = json.dumps(SINK_TYPE)  # a TOML value: "sqlite", ["sqlite", "file"], ...
     sink_tables: str = ""
     extra_config: str = ""
     port: int = field(default_factory=free_port)
