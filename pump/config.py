@@ -55,7 +55,7 @@ MIN_MESSAGE_BYTES = 1 << 20
 MAX_MESSAGE_BYTES = (1 << 31) - 1  # gRPC keeps message limits in a signed 32-bit int
 _TABLE_NAME_RE = re.compile(r"^[A-Za-z0-9_$]{1,64}$")
 
-ResolverType = Literal["none", "mysql"]
+ResolverType = Literal["none", "mysql", "sqlite"]
 
 
 @dataclass
@@ -65,13 +65,16 @@ class ResolverConfig:
     type: ResolverType = field(
         default="none",
         metadata={
-            "help": "mysql: look start_ts up in the upstream's status table; "
+            "help": "mysql or sqlite: look start_ts up in the upstream's status table; "
             "none: discard unpaired Prewrites after max-txn-timeout"
         },
     )
     dsn: str = field(
         default="",
-        metadata={"help": "mysql://user[:password]@host[:port]/database of the upstream", "secret": True},
+        metadata={
+            "help": "the upstream: mysql://user[:password]@host[:port]/database or sqlite:///path/file.db",
+            "secret": True,
+        },
     )
     password: str = field(
         default="",
@@ -86,9 +89,14 @@ class ResolverConfig:
     )
 
     def validate(self) -> None:
-        if self.type == "mysql" and not self.dsn:
-            raise ConfigError('resolver.dsn: required when resolver.type = "mysql"')
-        if self.dsn:
+        if self.type != "none" and not self.dsn:
+            raise ConfigError(f'resolver.dsn: required when resolver.type = "{self.type}"')
+        if self.type == "sqlite":
+            if not self.dsn.startswith("sqlite:"):
+                raise ConfigError(
+                    f"resolver.dsn: expected sqlite:///path/file.db with type sqlite, got {self.dsn!r}"
+                )
+        elif self.dsn:
             # Imported here: the resolver module imports pymysql, which a pump
             # with type = "none" does not need.
             from pump.resolver import parse_dsn

@@ -357,6 +357,13 @@ def build_resolver(config: ResolverConfig) -> LostCommitResolver:
             "without asking upstream"
         )
         return NoStatusResolver()
+    if config.type == "sqlite":
+        from bridge.producer.dsn import parse_dsn as parse_upstream_dsn
+        from pump.resolver_sqlite import SQLiteStatusResolver  # imports this module
+
+        path = parse_upstream_dsn(config.dsn).path
+        log.info("resolver: status table %s in SQLite file %s", config.table, path)
+        return SQLiteStatusResolver(path, config.table)
     dsn = parse_dsn(config.dsn, key="resolver.dsn")
     log.info("resolver: status table %s in %s", config.table, dsn)
     return MySQLStatusResolver(
