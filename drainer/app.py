@@ -120,7 +120,15 @@ class Drainer:
         self.collector = Collector(meta, self.feed, self._puller, lambda: self.node.reported_ts)
         service = CisternService(self.collector)
         drainer_pb2_grpc.add_CisternServicer_to_server(service, self.server)  # type: ignore[no-untyped-call]
-        self.http = StatusServer(self.status, self.refresh_metrics, *config.status_listen())
+        self.closing = asyncio.Event()
+        self.http = StatusServer(self.status, self.refresh_metrics, self.close, *config.status_listen())
+
+    def close(self) -> dict[str, object]:
+        """Stop cleanly and register OFFLINE (``POST /state/close``)."""
+        log.info("closing for good: stopping, then registering offline")
+        self.node.close_for_good()
+        self.closing.set()
+        return {**self.status(), "state": "CLOSING"}
 
     def _puller(self, name: str, addr: str) -> PumpPuller:
         config = self.config
@@ -187,13 +195,15 @@ async def serve(config: DrainerConfig, stop: asyncio.Event, ready: Ready = print
 
 async def _run_until_stopped(drainer: Drainer, syncing: asyncio.Task[None], stop: asyncio.Event) -> None:
     stopping: asyncio.Future[None] = asyncio.ensure_future(_wait(stop))
+    closing: asyncio.Future[None] = asyncio.ensure_future(_wait(drainer.closing))
     try:
-        waits: set[asyncio.Future[None]] = {syncing, stopping, drainer.collector.failed}
+        waits: set[asyncio.Future[None]] = {syncing, stopping, closing, drainer.collector.failed}
         await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
     finally:
         stopping.cancel()
+        closing.cancel()
     if not syncing.done():
-        if stop.is_set():
+        if stop.is_set() or drainer.closing.is_set():
             log.info("stopping: writing what is built, flushing, saving the checkpoint")
         drainer.syncer.stop()
     try:

@@ -139,7 +139,7 @@ class EventBuilder:
         self.tracker = tracker
         self._filter = table_filter
         self._ignored = ignored
-        self._row_counters: dict[str, tuple[Counter, ...]] = {}
+        self._row_counters: dict[tuple[str, str], Counter] = {}
 
     def build(self, txn: PulledTxn) -> Built:
         if txn.commit_ts in self._ignored:
@@ -208,12 +208,11 @@ class EventBuilder:
         return TxnEvent(txn.start_ts, txn.commit_ts, txn.payload, decode, rows)
 
     def _count_rows(self, table: str, mutation: binlog_pb2.TableMutation) -> int:
-        counters = self._row_counters.get(table)
-        if counters is None:
-            counters = tuple(metrics.ROWS.labels(table, kind) for kind in ("insert", "update", "delete"))
-            self._row_counters[table] = counters
         counts = (len(mutation.inserted_rows), len(mutation.updated_rows) // 2, len(mutation.deleted_rows))
-        for counter, count in zip(counters, counts, strict=True):
+        for kind, count in zip(("insert", "update", "delete"), counts, strict=True):
             if count:
+                counter = self._row_counters.get((table, kind))
+                if counter is None:
+                    counter = self._row_counters[table, kind] = metrics.ROWS.labels(table, kind)
                 counter.inc(count)
         return sum(counts)

@@ -1,9 +1,19 @@
-"""The drainer's HTTP endpoint: ``GET /status`` (JSON) and ``GET /metrics`` (Prometheus).
+"""The drainer's HTTP endpoint.
 
-``/status`` shows the node, the checkpoint (ts, time, lag seconds), the
-merge (resolved ts, each pump's position, stream state, buffer), the sink
-(flushed position, queue, retries) and the error that stopped replication,
-if one did. ``/metrics`` exports every ``bridge_drainer_*`` metric.
+=====================  =====================================================
+``GET /status``        JSON: the node, the checkpoint (ts, time, lag
+                       seconds), the merge (resolved ts, each pump's
+                       position, stream state, buffer), the sink (flushed
+                       position, queue, retries), the error that stopped
+                       replication, if one did
+``GET /metrics``       Prometheus text format (every ``bridge_*`` metric)
+``POST /state/close``  take the drainer out of the cluster for good: it
+                       stops cleanly and registers OFFLINE, so closing pumps
+                       stop waiting for it (``binlog-bridge ctl close ID``)
+=====================  =====================================================
+
+``POST /state/pause`` and ``/state/resume`` answer 409: a drainer is
+stopped (SIGTERM), not paused.
 
 Same shape as the pump's endpoint (:mod:`pump.http`): one request per
 connection, request heads up to 16 KiB, bodies ignored (up to 64 KiB), 404
@@ -42,22 +52,30 @@ def _json(status: HTTPStatus, data: Mapping[str, object]) -> Reply:
     )
 
 
-class StatusServer:
-    """Serves ``status()`` as ``/status`` and the metrics as ``/metrics``.
+REFUSE_PAUSE = "a drainer is not paused: stop it (SIGTERM) and start it again, or close it for good"
 
-    ``before_metrics`` refreshes gauges computed on demand (pump positions, lag).
-    """
+
+class StatusServer:
+    """Serves the endpoints above. ``before_metrics`` refreshes gauges computed on
+    demand (pump positions, lag); ``close`` begins a close and returns the status."""
 
     def __init__(
         self,
         status: Callable[[], Mapping[str, object]],
         before_metrics: Callable[[], None],
+        close: Callable[[], Mapping[str, object]],
         host: str,
         port: int,
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
-        self._status = status
         self._before_metrics = before_metrics
+        self._routes: dict[str, tuple[str, Callable[[], Reply]]] = {
+            "/status": ("GET", lambda: _json(HTTPStatus.OK, status())),
+            "/metrics": ("GET", self._metrics),
+            "/state/close": ("POST", lambda: _json(HTTPStatus.OK, close())),
+            "/state/pause": ("POST", lambda: _json(HTTPStatus.CONFLICT, {"error": REFUSE_PAUSE})),
+            "/state/resume": ("POST", lambda: _json(HTTPStatus.CONFLICT, {"error": REFUSE_PAUSE})),
+        }
         self._host = host
         self.port = port
         self._ssl = ssl_context
@@ -82,25 +100,27 @@ class StatusServer:
             await self._server.wait_closed()
             self._server = None
 
+    def _metrics(self) -> Reply:
+        self._before_metrics()
+        return HTTPStatus.OK, CONTENT_TYPE_LATEST, generate_latest()
+
     def _answer(self, method: str, path: str) -> Reply:
-        if path not in ("/status", "/metrics"):
-            return _json(
-                HTTPStatus.NOT_FOUND, {"error": f"no endpoint {path}; endpoints: GET /status, GET /metrics"}
-            )
-        if method not in ("GET", "HEAD"):
-            return _json(HTTPStatus.METHOD_NOT_ALLOWED, {"error": f"{path} takes GET, not {method}"})
+        route = self._routes.get(path)
+        if route is None:
+            endpoints = ", ".join(f"{m} {p}" for p, (m, _) in self._routes.items())
+            return _json(HTTPStatus.NOT_FOUND, {"error": f"no endpoint {path}; endpoints: {endpoints}"})
+        allowed, handler = route
+        if method != allowed and not (method == "HEAD" and allowed == "GET"):
+            return _json(HTTPStatus.METHOD_NOT_ALLOWED, {"error": f"{path} takes {allowed}, not {method}"})
         try:
-            if path == "/status":
-                return _json(HTTPStatus.OK, self._status())
-            self._before_metrics()
-            return HTTPStatus.OK, CONTENT_TYPE_LATEST, generate_latest()
+            return handler()
         except Exception:
             metrics.ERRORS.labels("http").inc()
             log.exception("status endpoint: %s %s failed", method, path)
             return _json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": "internal error; see the drainer's log"})
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        method = ""
+        method = path = ""
         try:
             try:
                 method, path = await asyncio.wait_for(_read_head(reader), READ_TIMEOUT)
@@ -109,7 +129,8 @@ class StatusServer:
                 reply = _json(exc.status, {"error": str(exc)})
             except TimeoutError:
                 reply = _json(HTTPStatus.REQUEST_TIMEOUT, {"error": "request not received in time"})
-            await _write(writer, reply, body=method != "HEAD")
+            allow = self._routes[path][0] if reply[0] == HTTPStatus.METHOD_NOT_ALLOWED else ""
+            await _write(writer, reply, allow, body=method != "HEAD")
         except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError) as exc:
             log.debug("status endpoint: connection dropped: %s", exc)
         finally:
@@ -152,13 +173,13 @@ async def _read_head(reader: asyncio.StreamReader) -> tuple[str, str]:
     return parts[0], parts[1].split("?", 1)[0]
 
 
-async def _write(writer: asyncio.StreamWriter, reply: Reply, body: bool) -> None:
+async def _write(writer: asyncio.StreamWriter, reply: Reply, allow: str, body: bool) -> None:
     status, content_type, payload = reply
     head = (
         f"HTTP/1.1 {status.value} {status.phrase}\r\n"
         f"Content-Type: {content_type}\r\n"
         f"Content-Length: {len(payload)}\r\n"
-        + ("Allow: GET, HEAD\r\n" if status == HTTPStatus.METHOD_NOT_ALLOWED else "")
+        + (f"Allow: {allow}{', HEAD' if allow == 'GET' else ''}\r\n" if allow else "")
         + "Connection: close\r\n\r\n"
     )
     writer.write(head.encode("latin-1"))

@@ -10,7 +10,8 @@
   checkpoint (what a closing pump waits for). ONLINE while running; PAUSED
   once stopped, so a closing pump still waits for it (it will need the
   pump's last binlogs when it resumes) while a joining pump does not (it
-  notifies only ONLINE, alive drainers).
+  notifies only ONLINE, alive drainers); OFFLINE once closed for good
+  (``POST /state/close``), when no pump waits for it any more.
 """
 
 from __future__ import annotations
@@ -77,6 +78,7 @@ class DrainerNode:
         self._registry = registry
         self._position = position
         self._state: meta_pb2.NodeState = meta_pb2.ONLINE
+        self._final_state: meta_pb2.NodeState = meta_pb2.PAUSED
         self._task: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
         self.reported_ts = position()
@@ -97,19 +99,25 @@ class DrainerNode:
         log.info("drainer %s registered online at %s", self.node_id, self.settings.addr)
 
     async def stop(self) -> None:
-        """Stop heartbeating and register PAUSED with the final checkpoint (best effort)."""
+        """Stop heartbeating and register the final state (PAUSED, or OFFLINE after
+        :meth:`close_for_good`) with the final checkpoint (best effort)."""
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
-        self._state = meta_pb2.PAUSED
+        self._state = self._final_state
+        final = meta_pb2.NodeState.Name(self._final_state).lower()
         for attempt in range(STOP_ATTEMPTS):
             if await self._beat():
-                log.info("drainer %s registered paused at commit_ts %d", self.node_id, self.reported_ts)
+                log.info("drainer %s registered %s at commit_ts %d", self.node_id, final, self.reported_ts)
                 return
             await asyncio.sleep(0.2 * (attempt + 1))
-        log.warning("drainer %s: could not register as paused: %s", self.node_id, self.last_error)
+        log.warning("drainer %s: could not register as %s: %s", self.node_id, final, self.last_error)
+
+    def close_for_good(self) -> None:
+        """Register OFFLINE when stopped: closing pumps stop waiting for this drainer."""
+        self._final_state = meta_pb2.OFFLINE
 
     async def _loop(self) -> None:
         while True:

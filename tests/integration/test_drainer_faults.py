@@ -213,7 +213,7 @@ def test_a_paused_then_closed_pump_is_drained_and_let_go(
         drainer.kill()
 
 
-def test_ctl_shows_drainers_and_their_checkpoints(
+def test_ctl_shows_drainers_and_closes_one_for_good(
     pumps: list[PumpProcess], tmp_path: Path, meta_addr: str, producer: Producer
 ) -> None:
     drainer = drainer_with(tmp_path, meta_addr)
@@ -236,5 +236,13 @@ def test_ctl_shows_drainers_and_their_checkpoints(
             lambda: shown_checkpoint() >= producer.written[-1].commit_ts,
             what="ctl drainers to show the checkpoint",
         )
+        paused = run_cli("ctl", "--meta", meta_addr, "pause", "drainer-1")
+        assert paused.returncode != 0 and "a drainer is not paused" in paused.stderr
+        closed = run_cli("ctl", "--meta", meta_addr, "close", "drainer-1")
+        assert closed.returncode == 0, closed.stderr
+        assert drainer.child is not None and drainer.child.wait(timeout=120) == 0
+        assert drainer.checkpoint()["consistent"] is True
+        nodes = run_cli("ctl", "--meta", meta_addr, "drainers").stdout
+        assert nodes.splitlines()[1].split()[2] == "offline"
     finally:
         drainer.kill()
