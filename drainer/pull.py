@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import google_crc32c
@@ -164,7 +164,6 @@ class PullerStatus:
     messages: int = 0
     last_error: str = ""
     last_error_at: float = 0.0
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class PumpPuller:
