@@ -15,6 +15,7 @@ import argparse
 import dataclasses
 import importlib
 import sys
+import types
 import typing
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,25 @@ SECTIONS: list[tuple[str, str, str, str]] = [
         "A pump: stores binlogs durably, pairs and sorts them, serves drainers. "
         "Example: [examples/pump.toml](examples/pump.toml). "
         "Operations: [pump-operations.md](pump-operations.md).",
+    ),
+    (
+        "binlog-bridge drainer",
+        "drainer.config:DrainerConfig",
+        "`binlog-bridge drainer --config drainer.toml`; flags override the file",
+        "The drainer: merges the pumps by commit_ts and drives the sinks. "
+        "Example: [examples/drainer.toml](examples/drainer.toml). Guide: [drainer.md](drainer.md).",
+    ),
+    (
+        "sqlite sink",
+        "drainer.sinks.sqlite:SQLiteSinkConfig",
+        'the drainer\'s `[sink]` table with `type = "sqlite"`',
+        "The embedded SQL downstream. Guarantees and type mapping: [sinks.md](sinks.md).",
+    ),
+    (
+        "file sink",
+        "drainer.sinks.file:FileSinkConfig",
+        'the drainer\'s `[sink]` table with `type = "file"`',
+        "Binlog files for backup and `binlog-bridge replay`. Format: [sinks.md](sinks.md).",
     ),
     (
         "Pump client (producers)",
@@ -69,6 +89,10 @@ def _type_name(tp: Any, field: dataclasses.Field[Any]) -> str:
         return " \\| ".join(f"`{v}`" for v in typing.get_args(tp))
     if origin is list:
         return f"list of {_type_name(typing.get_args(tp)[0], field)}"
+    if origin is dict:
+        return "table"
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(arg, field) for arg in typing.get_args(tp))
     return {str: "string", int: "integer", float: "number", bool: "boolean"}.get(tp, str(tp))
 
 
