@@ -28,6 +28,7 @@ SUBCOMMANDS: dict[str, str] = {
     "load": "bridge.cli.load",
     "diff": "bridge.cli.diff",
     "replay": "bridge.cli.replay",
+    "demo": "bridge.cli.demo",
 }
 
 

@@ -1,0 +1,350 @@
+"""A whole cluster as child processes: a meta service, pumps and one drainer, on loopback.
+
+The demo runs one; the end-to-end tests run one each, kill and restart its
+members. Layout of ``data_dir`` (every path absolute in the configs, so each
+child can be started again by hand)::
+
+    meta.toml  pump-1.toml ... pump-N.toml  drainer.toml     the children's configs
+    meta/  pump-1/ ... pump-N/  drainer/                     their data dirs
+    drainer/sqlite/<db>.db   drainer/binlog-files/           the sinks' output
+    logs/<name>.log                                          each child's stdout and stderr
+
+Ports are picked free once, when the cluster is built, and kept across
+restarts. Members start in order and each must print its ready line:
+meta, then every pump, then the drainer (pumps find no drainer to notify,
+so they go online at once; the drainer then reads them from the registry).
+:meth:`Cluster.stop` stops them in reverse, politely, then by SIGKILL, and
+never raises, so it belongs in a ``finally``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+import socket
+import sys
+import time
+import tomllib
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bridge.demo import tomlfile
+from bridge.demo.errors import CatchUpTimeout, DemoError
+from bridge.demo.process import ServiceProcess
+from bridge.meta.client import MetaClient
+
+log = logging.getLogger(__name__)
+
+READY_LINES = {
+    "meta": r"meta ready: ",
+    "pump": r"pump ready: node_id=",
+    "drainer": r"drainer ready: node_id=",
+}
+MIB = 1 << 20
+DRAINER = "drainer"
+STATUS_TIMEOUT = 5.0
+POLL_INTERVAL = 0.2
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def cli_argv(*args: str) -> list[str]:
+    """argv of ``binlog-bridge ARGS`` run by this interpreter (no PATH lookup, same venv)."""
+    return [sys.executable, "-m", "bridge.cli", *args]
+
+
+@dataclass
+class ClusterSpec:
+    """What to start. ``*_settings`` add or override top-level keys and tables of the configs."""
+
+    data_dir: Path
+    pumps: int = 3
+    sinks: tuple[str, ...] = ("sqlite", "file")
+    resolver: Mapping[str, Any] = field(default_factory=lambda: {"type": "none"})
+    pump_settings: Mapping[str, Any] = field(default_factory=dict)
+    drainer_settings: Mapping[str, Any] = field(default_factory=dict)
+    ready_timeout: float = 90.0
+    stop_timeout: float = 30.0
+
+
+@dataclass
+class Member:
+    """One child of the cluster: its kind, ports and process."""
+
+    name: str
+    kind: str
+    port: int
+    status_port: int
+    process: ServiceProcess
+    expected_up: bool = False  # False once killed or stopped on purpose
+
+
+class Cluster:
+    """Builds the configs of ``spec`` and runs its members; see the module docstring."""
+
+    def __init__(self, spec: ClusterSpec, ports: Mapping[str, tuple[int, int]] | None = None) -> None:
+        """``ports``: (port, status port) by member name; free ones are picked for the others."""
+        self.spec = spec
+        self.data_dir = spec.data_dir.resolve()
+        self.members: dict[str, Member] = {}
+        self.configs_written = False
+        self._add("meta", "meta", ports)
+        for i in range(1, spec.pumps + 1):
+            self._add(f"pump-{i}", "pump", ports)
+        self._add(DRAINER, DRAINER, ports)
+
+    @classmethod
+    def from_data_dir(cls, data_dir: Path) -> Cluster:
+        """The cluster whose configs an earlier run wrote into ``data_dir``, to start it again.
+
+        The configs are used as they are (:meth:`start` does not rewrite them).
+        """
+        ports: dict[str, tuple[int, int]] = {}
+        for path in sorted(data_dir.glob("*.toml")):
+            table = tomllib.loads(path.read_text(encoding="utf-8"))
+            status = str(table.get("status-addr", ":0"))
+            ports[path.stem] = (_port_of(str(table["addr"])), _port_of(status))
+        pumps = sum(name.startswith("pump-") for name in ports)
+        if "meta" not in ports or DRAINER not in ports or not pumps:
+            raise DemoError(f"{data_dir}: no meta.toml, pump-N.toml and drainer.toml written by a demo")
+        cluster = cls(ClusterSpec(data_dir, pumps=pumps), ports)
+        cluster.configs_written = True
+        return cluster
+
+    def _add(self, name: str, kind: str, ports: Mapping[str, tuple[int, int]] | None) -> None:
+        config = self.config_path(name)
+        argv = cli_argv(kind, "--config", str(config))
+        process = ServiceProcess(name, argv, self.log_path(name))
+        port, status_port = ports[name] if ports and name in ports else (free_port(), free_port())
+        self.members[name] = Member(name, kind, port, status_port, process)
+
+    # ---------------------------------------------------------------- where things are
+
+    def config_path(self, name: str) -> Path:
+        return self.data_dir / f"{name}.toml"
+
+    def log_path(self, name: str) -> Path:
+        return self.data_dir / "logs" / f"{name}.log"
+
+    @property
+    def meta_addr(self) -> str:
+        return f"127.0.0.1:{self.members['meta'].port}"
+
+    @property
+    def pump_names(self) -> list[str]:
+        return [m.name for m in self.members.values() if m.kind == "pump"]
+
+    @property
+    def drainer_dir(self) -> Path:
+        return self.data_dir / DRAINER
+
+    @property
+    def sqlite_dir(self) -> Path:
+        """The sqlite sink's directory: one ``<db>.db`` per upstream database."""
+        return self.drainer_dir / "sqlite"
+
+    @property
+    def downstream_dsn(self) -> str:
+        return f"sqlite://{self.sqlite_dir}"
+
+    @property
+    def status_url(self) -> str:
+        return f"http://127.0.0.1:{self.members[DRAINER].status_port}/status"
+
+    # ---------------------------------------------------------------- configs
+
+    def configs(self) -> dict[str, str]:
+        """Each member's config as TOML text."""
+        out: dict[str, str] = {}
+        for name, member in self.members.items():
+            builder = {"meta": self._meta_config, "pump": self._pump_config, DRAINER: self._drainer_config}
+            table = builder[member.kind](member)
+            command = f"binlog-bridge {member.kind} --config {self.config_path(name)}"
+            out[name] = tomlfile.dumps(table, f"{name} of the demo cluster; run by hand with:\n  {command}")
+        return out
+
+    def write_configs(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        for name, text in self.configs().items():
+            self.config_path(name).write_text(text, encoding="utf-8")
+        self.configs_written = True
+
+    def _meta_config(self, member: Member) -> dict[str, Any]:
+        return {"addr": f"127.0.0.1:{member.port}", "data-dir": str(self.data_dir / member.name)}
+
+    def _pump_config(self, member: Member) -> dict[str, Any]:
+        table: dict[str, Any] = {
+            "addr": f"127.0.0.1:{member.port}",
+            "node-id": member.name,
+            "meta": self.meta_addr,
+            "data-dir": str(self.data_dir / member.name),
+            "status-addr": f"127.0.0.1:{member.status_port}",
+            # The default guard (10 GiB free) would refuse writes on a small laptop disk.
+            "stop-write-at-available-space": 256 * MIB,
+            "storage": {"segment-size": 64 * MIB},
+            "resolver": dict(self.spec.resolver),
+        }
+        return _merged(table, self.spec.pump_settings)
+
+    def _drainer_config(self, member: Member) -> dict[str, Any]:
+        sinks: dict[str, Any] = {"type": list(self.spec.sinks)}
+        if "sqlite" in self.spec.sinks:
+            sinks["sqlite"] = {"path": str(self.sqlite_dir)}
+        if "file" in self.spec.sinks:
+            sinks["file"] = {"path": str(self.drainer_dir / "binlog-files")}
+        table: dict[str, Any] = {
+            "addr": f"127.0.0.1:{member.port}",
+            "node-id": member.name,
+            "meta": self.meta_addr,
+            "data-dir": str(self.drainer_dir),
+            "status-addr": f"127.0.0.1:{member.status_port}",
+            "checkpoint-interval": "1s",
+            "sink": sinks,
+        }
+        return _merged(table, self.spec.drainer_settings)
+
+    # ---------------------------------------------------------------- life cycle
+
+    def start(self, on_ready: Callable[[str, str], None] | None = None) -> None:
+        """Write the configs (once) and start meta, the pumps (together), then the drainer.
+
+        ``on_ready(name, ready_line)`` is called as each member becomes ready.
+        """
+        if not self.configs_written:
+            self.write_configs()
+        groups = [["meta"], self.pump_names, [DRAINER]]
+        for group in groups:
+            for name in group:
+                self._launch(name)
+            for name in group:
+                line = self._await_ready(name)
+                if on_ready is not None:
+                    on_ready(name, line)
+
+    def _launch(self, name: str) -> None:
+        member = self.members[name]
+        member.process.start()
+        member.expected_up = True
+
+    def _await_ready(self, name: str) -> str:
+        member = self.members[name]
+        return member.process.wait_ready(READY_LINES[member.kind], self.spec.ready_timeout)
+
+    def restart(self, name: str) -> str:
+        """Start a member that was killed or stopped again; returns its ready line."""
+        self._launch(name)
+        return self._await_ready(name)
+
+    def kill(self, name: str) -> None:
+        """SIGKILL one member (a fault on purpose: :meth:`check` no longer expects it)."""
+        member = self.members[name]
+        member.expected_up = False
+        member.process.kill()
+        log.info("%s killed (SIGKILL)", name)
+
+    def stop_member(self, name: str, signalled: bool = False) -> int | None:
+        """SIGTERM (unless ``signalled`` already) and wait; SIGKILL after ``stop_timeout``."""
+        member = self.members[name]
+        member.expected_up = False
+        return member.process.stop(self.spec.stop_timeout, send=not signalled)
+
+    def stop(self) -> dict[str, int | None]:
+        """Stop every member: the drainer, then the pumps together, then meta. Never raises.
+
+        Each gets SIGTERM and ``stop_timeout`` to exit, then SIGKILL.
+        """
+        statuses: dict[str, int | None] = {}
+        for group in ([DRAINER], self.pump_names, ["meta"]):
+            for name in group:
+                self.members[name].process.send(signal.SIGTERM)
+            for name in group:
+                try:
+                    statuses[name] = self.stop_member(name, signalled=True)
+                except Exception:
+                    log.exception("stopping %s failed; killing it", name)
+                    self.members[name].process.kill()
+                    statuses[name] = self.members[name].process.returncode
+        return statuses
+
+    def check(self) -> None:
+        """Raise :class:`~bridge.demo.errors.ServiceFailed` if a member that should run has exited."""
+        for member in self.members.values():
+            if member.expected_up:
+                member.process.check()
+
+    # ---------------------------------------------------------------- what the cluster reports
+
+    def timestamp(self) -> int:
+        """A fresh TSO timestamp: above every commit_ts handed out before the call."""
+
+        async def fetch() -> int:
+            async with MetaClient(self.meta_addr, timeout=10.0) as meta:
+                return await meta.get_timestamp()
+
+        return asyncio.run(fetch())
+
+    def drainer_status(self) -> dict[str, Any] | None:
+        """The drainer's ``/status`` JSON, or None when it does not answer right now."""
+        try:
+            with urllib.request.urlopen(self.status_url, timeout=STATUS_TIMEOUT) as reply:  # noqa: S310
+                return dict(json.loads(reply.read()))
+        except (OSError, urllib.error.URLError, ValueError) as exc:
+            log.debug("drainer status unavailable: %s", exc)
+            return None
+
+    def wait_caught_up(
+        self,
+        target_ts: int,
+        timeout: float,
+        on_poll: Callable[[dict[str, Any] | None], None] | None = None,
+    ) -> dict[str, Any]:
+        """Wait until the drainer's checkpoint reaches ``target_ts``; return that status.
+
+        Fails at once when a member dies or the drainer reports that replication
+        halted; after ``timeout`` (a guard against hangs) with :class:`CatchUpTimeout`.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            self.check()
+            status = self.drainer_status()
+            if on_poll is not None:
+                on_poll(status)
+            if status is not None:
+                halted = (status.get("errors") or {}).get("halted")
+                if halted:
+                    raise DemoError(f"the drainer halted replication: {halted}")
+                if int(status.get("checkpoint_ts") or 0) >= target_ts:
+                    return status
+            if time.monotonic() >= deadline:
+                raise CatchUpTimeout(
+                    f"the drainer's checkpoint did not reach commit_ts {target_ts} within {timeout:g}s; "
+                    f"last status: {json.dumps(status)[:2000]}"
+                )
+            time.sleep(POLL_INTERVAL)
+
+
+def _port_of(addr: str) -> int:
+    return int(addr.rpartition(":")[2] or 0)
+
+
+def _merged(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` with ``extra`` on top, tables merged key by key."""
+    out = dict(base)
+    for key, value in extra.items():
+        current = out.get(key)
+        if isinstance(value, Mapping) and isinstance(current, Mapping):
+            out[key] = _merged(current, value)
+        else:
+            out[key] = value
+    return out
