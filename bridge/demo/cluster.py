@@ -38,6 +38,7 @@ from bridge.demo import tomlfile
 from bridge.demo.errors import CatchUpTimeout, DemoError
 from bridge.demo.process import ServiceProcess
 from bridge.meta.client import MetaClient
+from bridge.producer.dsn import parse_dsn
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +63,12 @@ def free_port() -> int:
 def cli_argv(*args: str) -> list[str]:
     """argv of ``binlog-bridge ARGS`` run by this interpreter (no PATH lookup, same venv)."""
     return [sys.executable, "-m", "bridge.cli", *args]
+
+
+def resolver_for(upstream: str) -> dict[str, Any]:
+    """The pumps' ``[resolver]`` for ``upstream``: its status table settles lost commits."""
+    kind = "mysql" if parse_dsn(upstream, key="--upstream").is_mysql else "sqlite"
+    return {"type": kind, "dsn": upstream}
 
 
 @dataclass

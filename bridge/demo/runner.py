@@ -24,14 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from bridge.demo.cluster import Cluster, ClusterSpec
+from bridge.demo.cluster import Cluster, ClusterSpec, resolver_for
 from bridge.demo.errors import DataDirInUse, DemoError
 from bridge.demo.progress import LagSamples, LiveLine, catch_up_line, load_line
 from bridge.demo.signals import deferred, interruptible
 from bridge.demo.summary import DemoSummary
 from bridge.demo.workload import LoadProcess
 from bridge.diff import diff
-from bridge.producer.dsn import parse_dsn
 
 log = logging.getLogger(__name__)
 
@@ -58,13 +57,6 @@ def prepare_data_dir(given: Path | None) -> tuple[Path, bool]:
         raise DataDirInUse(f"--data-dir: {given} exists and is not an empty directory; give a new one")
     given.mkdir(parents=True, exist_ok=True)
     return given.resolve(), False
-
-
-def resolver_for(upstream: str) -> dict[str, object]:
-    """The pumps' lost-commit resolver: the upstream's status table where a resolver can read it."""
-    if parse_dsn(upstream, key="--upstream").is_mysql:
-        return {"type": "mysql", "dsn": upstream}
-    return {"type": "none"}  # no resolver reads a SQLite upstream
 
 
 class DemoRun:

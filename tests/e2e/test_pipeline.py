@@ -19,7 +19,7 @@ from typing import Any
 import pymysql
 import pytest
 
-from bridge.demo.cluster import Cluster, ClusterSpec
+from bridge.demo.cluster import Cluster, ClusterSpec, resolver_for
 from bridge.demo.workload import LoadProcess
 from bridge.diff import diff
 from bridge.producer.dsn import Dsn, parse_dsn
@@ -64,9 +64,15 @@ def start_cluster(workdir: Path, **spec: Any) -> Cluster:
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    """meta, three pumps and a drainer (sqlite + file sinks), each with its own ports and data dir."""
-    cluster = start_cluster(tmp_path)
+def sqlite_upstream(tmp_path: Path) -> str:
+    return f"sqlite://{tmp_path / 'upstream.db'}"
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, sqlite_upstream: str) -> Iterator[Cluster]:
+    """meta, three pumps (resolving lost commits from the SQLite upstream) and a drainer
+    (sqlite + file sinks), each with its own ports and data dir."""
+    cluster = start_cluster(tmp_path, resolver=resolver_for(sqlite_upstream))
     yield cluster
     cluster.stop()
 
@@ -119,22 +125,17 @@ def assert_replicated(cluster: Cluster, upstream: str) -> None:
     assert report.equal, "\n".join(report.lines())
 
 
-def sqlite_upstream(tmp_path: Path) -> str:
-    return f"sqlite://{tmp_path / 'upstream.db'}"
-
-
-def test_sqlite_upstream_through_three_pumps_equals_downstream(cluster: Cluster, tmp_path: Path) -> None:
-    upstream = sqlite_upstream(tmp_path)
-    run_load(cluster, upstream, seconds=8)
+def test_sqlite_upstream_through_three_pumps(cluster: Cluster, sqlite_upstream: str) -> None:
+    run_load(cluster, sqlite_upstream, seconds=8)
     status = cluster.drainer_status()
     assert status is not None and len(status["pumps"]) == 3, status
-    assert_replicated(cluster, upstream)
+    assert_replicated(cluster, sqlite_upstream)
 
 
 @pytest.mark.mysql
-def test_mariadb_upstream_through_three_pumps_equals_downstream(tmp_path: Path, mysql_upstream: Dsn) -> None:
+def test_mariadb_upstream_through_three_pumps(tmp_path: Path, mysql_upstream: Dsn) -> None:
     upstream = mysql_text(mysql_upstream)
-    cluster = start_cluster(tmp_path, resolver={"type": "mysql", "dsn": upstream})
+    cluster = start_cluster(tmp_path, resolver=resolver_for(upstream))
     try:
         run_load(cluster, upstream, seconds=8)
         assert_replicated(cluster, upstream)
@@ -158,16 +159,16 @@ def kill_and_restart(name: str, down_seconds: float = 2.0) -> Fault:
 
 
 @pytest.mark.slow
-def test_sigkilled_pump_restarted_mid_run_loses_nothing(cluster: Cluster, tmp_path: Path) -> None:
-    upstream = sqlite_upstream(tmp_path)
+def test_sigkilled_pump_restarted_mid_run_loses_nothing(cluster: Cluster, sqlite_upstream: str) -> None:
+    upstream = sqlite_upstream
     run_load(cluster, upstream, seconds=20, fault=kill_and_restart("pump-2"))
     assert cluster.members["pump-2"].process.starts == 2
     assert_replicated(cluster, upstream)
 
 
 @pytest.mark.slow
-def test_sigkilled_drainer_restarted_mid_run_loses_nothing(cluster: Cluster, tmp_path: Path) -> None:
-    upstream = sqlite_upstream(tmp_path)
+def test_sigkilled_drainer_restarted_mid_run_loses_nothing(cluster: Cluster, sqlite_upstream: str) -> None:
+    upstream = sqlite_upstream
     run_load(cluster, upstream, seconds=20, fault=kill_and_restart("drainer"))
     drainer = cluster.members["drainer"].process
     assert drainer.starts == 2
