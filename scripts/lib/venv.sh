@@ -2,7 +2,8 @@
 # Sourced by scripts/test and scripts/run: make .venv and install the project.
 #
 #   bridge_venv        create $VENV with Python 3.11/3.12 unless it exists; put it on PATH
-#   bridge_install     pip install -e '.[dev]' unless pyproject.toml is unchanged since the last one
+#   bridge_install     pip install -e '.[dev]' unless pyproject.toml and the top-level packages
+#                      are unchanged since the last one
 #
 # Both print nothing on success but what the caller asks for; failures print the
 # pip log tail and return non-zero. Expects ROOT (the repo) to be set.
@@ -45,7 +46,10 @@ bridge_venv() {
 # successful install was made from.
 bridge_install() {
     local want_stamp log=$VENV/pip-install.log
-    want_stamp="$(sha256sum "$ROOT/pyproject.toml" | cut -d' ' -f1) $("$VENV/bin/python" -V 2>&1)"
+    # An editable install maps the top-level packages that existed when it ran,
+    # so a new package (a new */__init__.py) needs a reinstall too.
+    want_stamp="$(sha256sum "$ROOT/pyproject.toml" | cut -d' ' -f1)"
+    want_stamp="$want_stamp $(cd "$ROOT" && echo */__init__.py) $("$VENV/bin/python" -V 2>&1)"
     if [[ -f $STAMP && $(<"$STAMP") == "$want_stamp" ]]; then
         echo "up to date (pyproject.toml unchanged since the last install)"
         return 0
