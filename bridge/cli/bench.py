@@ -20,6 +20,7 @@ BENCHES: dict[str, str] = {
     "rowcodec": "bench.rowcodec",
     "pump-index": "bench.pump_index",
     "pump": "bench.pump",
+    "drainer": "bench.drainer",
 }
 
 REQUIRED_KEYS = ("name", "value", "unit", "ceiling", "ratio")
