@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sqlite3
+import subprocess
 import sys
 import time
 import urllib.request
@@ -92,7 +94,13 @@ def run_producer(
         *flags,
     ]
     child = ChildProcess(argv, workdir / f"{name}.out", env)
-    status = child.wait(timeout=HANG_GUARD)
+    try:
+        status = child.wait(timeout=HANG_GUARD)
+    except subprocess.TimeoutExpired as exc:
+        child.kill()
+        raise AssertionError(
+            f"hang guard: {name} still running after {HANG_GUARD:g}s:\n{child.output}"
+        ) from exc
     events = [json.loads(line) for line in child.output.splitlines() if line.startswith("{")]
     return status, events
 
@@ -149,7 +157,7 @@ def test_producer_sigkilled_between_prewrite_and_commit(tmp_path: Path, cluster:
         tmp_path, "producer-commit", meta_addr, upstream,
         "--create", "--txns", "3", "--first-id", "1", "--die", "commit", "--doomed-id", str(COMMITTED_ID),
     )  # fmt: skip
-    assert status == -9, f"the producer was not SIGKILLed (exit {status}): {events}"
+    assert status == -signal.SIGKILL, f"the producer was not SIGKILLed (exit {status}): {events}"
     dying = events[-1]
     assert dying["event"] == "dying" and dying["at"] == "commit" and dying["commit_ts"] > 0, events
     committed = dying
@@ -160,7 +168,7 @@ def test_producer_sigkilled_between_prewrite_and_commit(tmp_path: Path, cluster:
         tmp_path, "producer-prewrite", meta_addr, upstream,
         "--txns", "3", "--first-id", "4", "--die", "prewrite", "--doomed-id", str(UNCOMMITTED_ID),
     )  # fmt: skip
-    assert status == -9, f"the producer was not SIGKILLed (exit {status}): {events}"
+    assert status == -signal.SIGKILL, f"the producer was not SIGKILLed (exit {status}): {events}"
     uncommitted = events[-1]
     assert uncommitted["event"] == "dying" and uncommitted["at"] == "prewrite", events
     assert status_row(upstream, uncommitted["start_ts"]) is None
