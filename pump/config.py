@@ -96,7 +96,7 @@ class ResolverConfig:
                 raise ConfigError(
                     f"resolver.dsn: expected sqlite:///path/file.db with type sqlite, got {self.dsn!r}"
                 )
-        elif self.type == "mysql":
+        elif self.dsn and not self.dsn.startswith("sqlite:"):  # type none may name either form
             # Imported here: the resolver module imports pymysql, which a pump
             # with type = "none" does not need.
             from pump.resolver import parse_dsn
