@@ -28,18 +28,13 @@ from pathlib import Path
 from typing import Any
 
 from bridge.config import (
-    WILDCARD_HOSTS,
-    advertise_addr,
     build,
-    check_addr,
-    join_host_port,
-    listen_addr,
     merge_overrides,
     read_toml,
 )
 from bridge.errors import ConfigError
 from bridge.grpcutil import DEFAULT_MAX_MESSAGE_BYTES, SecurityConfig
-from bridge.meta.client import split_addrs
+from bridge.nodeconfig import NodeAddressing
 from drainer.filter import TableFilter
 
 DEFAULT_ADDR = "127.0.0.1:8249"
@@ -113,8 +108,10 @@ def _positive(key: str, value: float, low: float, high: float) -> None:
 
 
 @dataclass
-class DrainerConfig:
+class DrainerConfig(NodeAddressing):
     """The drainer: merges every pump's stream by commit_ts and drives the sink."""
+
+    NODE_KIND = "drainer"
 
     addr: str = field(default=DEFAULT_ADDR, metadata={"help": "gRPC listen address host:port (Notify)"})
     advertise_addr: str = field(default="", metadata={"help": "address pumps dial; default addr"})
@@ -161,19 +158,7 @@ class DrainerConfig:
     security: SecurityConfig = field(default_factory=SecurityConfig)
 
     def validate(self) -> None:
-        host, _ = check_addr(self.addr, "addr")
-        if self.advertise_addr:
-            adv_host, adv_port = check_addr(self.advertise_addr, "advertise-addr")
-            if adv_host in WILDCARD_HOSTS or adv_port == 0:
-                raise ConfigError(
-                    f"advertise-addr: must name a reachable host and port, got {self.advertise_addr!r}"
-                )
-        elif host in WILDCARD_HOSTS:
-            raise ConfigError(f"advertise-addr: required when addr listens on {host or 'all hosts'}")
-        if not split_addrs(self.meta):
-            raise ConfigError("meta: expected host:port[,host:port...], got an empty value")
-        for member in split_addrs(self.meta):
-            check_addr(member, "meta")
+        self.validate_addressing()
         if not self.data_dir:
             raise ConfigError("data-dir: must not be empty")
         if self.initial_commit_ts < 0:
@@ -183,7 +168,6 @@ class DrainerConfig:
                 f"node-id: expected printable characters without '/' or spaces, got {self.node_id!r}"
             )
         self._validate_tuning()
-        self.status_listen()
 
     def _validate_tuning(self) -> None:
         _positive("heartbeat-interval", self.heartbeat_interval, 0.05, 60)
@@ -196,31 +180,6 @@ class DrainerConfig:
         _positive("pump-buffer-bytes", self.pump_buffer_bytes, MIB, 1 << 40)
         _positive("queue-bytes", self.queue_bytes, MIB, 1 << 40)
         _positive("max-message-size", self.max_message_size, MIB, (1 << 31) - 1)
-
-    @property
-    def heartbeat_ttl_ms(self) -> int:
-        return max(int(self.heartbeat_interval * 3000), 150)
-
-    def meta_addrs(self) -> list[str]:
-        return split_addrs(self.meta)
-
-    def status_listen(self) -> tuple[str, int]:
-        """Where the HTTP server listens: ``"8252"`` and ``":8252"`` mean 127.0.0.1."""
-        return listen_addr(self.status_addr, "status-addr")
-
-    def status_advertise(self, bound_port: int | None = None) -> str:
-        """The status address others dial (registered for ``binlog-bridge ctl``)."""
-        host, port = self.status_listen()
-        if host in WILDCARD_HOSTS:
-            host, _ = check_addr(self.advertise(), "advertise-addr")
-        return advertise_addr(join_host_port(host, port), "", bound_port)
-
-    def advertise(self, bound_port: int | None = None) -> str:
-        """The address pumps dial; with ``addr`` on port 0, the port actually bound."""
-        return advertise_addr(self.addr, self.advertise_addr, bound_port)
-
-    def node_name(self, bound_port: int | None = None) -> str:
-        return self.node_id or f"drainer-{self.advertise(bound_port)}"
 
 
 def _split_table(data: Mapping[str, Any], key: str) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:

@@ -38,10 +38,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from bridge.config import WILDCARD_HOSTS, advertise_addr, check_addr, join_host_port, listen_addr
 from bridge.errors import ConfigError
 from bridge.grpcutil import DEFAULT_MAX_MESSAGE_BYTES, SecurityConfig
-from bridge.meta.client import split_addrs
+from bridge.nodeconfig import NodeAddressing
 from pump.storage.config import StorageConfig
 
 DEFAULT_ADDR = "127.0.0.1:8250"
@@ -117,8 +116,10 @@ class ResolverConfig:
 
 
 @dataclass
-class PumpConfig:
+class PumpConfig(NodeAddressing):
     """The pump server: stores binlogs and serves them to drainers in commit order."""
+
+    NODE_KIND = "pump"
 
     addr: str = field(default=DEFAULT_ADDR, metadata={"help": "gRPC listen address host:port"})
     advertise_addr: str = field(
@@ -166,20 +167,8 @@ class PumpConfig:
     security: SecurityConfig = field(default_factory=SecurityConfig)
 
     def validate(self) -> None:
-        host, _ = check_addr(self.addr, "addr")
-        if self.advertise_addr:
-            adv_host, adv_port = check_addr(self.advertise_addr, "advertise-addr")
-            if adv_host in WILDCARD_HOSTS or adv_port == 0:
-                raise ConfigError(
-                    f"advertise-addr: must name a reachable host and port, got {self.advertise_addr!r}"
-                )
-        elif host in WILDCARD_HOSTS:
-            raise ConfigError(f"advertise-addr: required when addr listens on {host or 'all hosts'}")
+        self.validate_addressing()
         self._validate_identity()
-        if not split_addrs(self.meta):
-            raise ConfigError("meta: expected host:port[,host:port...], got an empty value")
-        for member in split_addrs(self.meta):
-            check_addr(member, "meta")
         if not self.data_dir:
             raise ConfigError("data-dir: must not be empty")
         self._validate_durations()
@@ -193,7 +182,6 @@ class PumpConfig:
                 f"max-message-size: expected {MIN_MESSAGE_BYTES}..{MAX_MESSAGE_BYTES} bytes, "
                 f"got {self.max_message_size}"
             )
-        self.status_listen()
 
     def _validate_identity(self) -> None:
         node_id = self.node_id
@@ -224,33 +212,6 @@ class PumpConfig:
                 raise ConfigError(f"{key}: expected {_span(low)}..{_span(high)}, got {value:g}s")
         if self.gc and self.gc < 60:
             raise ConfigError(f"gc: expected 0 (keep forever) or at least 1m, got {self.gc:g}s")
-
-    @property
-    def heartbeat_ttl_ms(self) -> int:
-        """How long one heartbeat keeps the pump alive in the registry."""
-        return max(int(self.heartbeat_interval * 3000), 150)
-
-    def meta_addrs(self) -> list[str]:
-        return split_addrs(self.meta)
-
-    def status_listen(self) -> tuple[str, int]:
-        """Where the HTTP server listens: ``"8251"`` and ``":8251"`` mean 127.0.0.1."""
-        return listen_addr(self.status_addr, "status-addr")
-
-    def status_advertise(self, bound_port: int | None = None) -> str:
-        """The status address others dial: the advertise host when listening on all hosts."""
-        host, port = self.status_listen()
-        if host in WILDCARD_HOSTS:
-            host, _ = check_addr(self.advertise(), "advertise-addr")
-        return advertise_addr(join_host_port(host, port), "", bound_port)
-
-    def advertise(self, bound_port: int | None = None) -> str:
-        """The address others dial; with ``addr`` on port 0, the port actually bound."""
-        return advertise_addr(self.addr, self.advertise_addr, bound_port)
-
-    def node_name(self, bound_port: int | None = None) -> str:
-        """The registry id: ``node-id``, or ``pump-<advertise address>``."""
-        return self.node_id or f"pump-{self.advertise(bound_port)}"
 
 
 def _span(seconds: float) -> str:
