@@ -85,6 +85,13 @@ def rollback(start_ts: int) -> binlog_pb2.Binlog:
     return Binlog(tp=ROLLBACK, start_ts=_check_ts("start_ts", start_ts))
 
 
+# A pump's errmsg for a binlog it cannot take *right now* (paused, joining,
+# closing, offline, low on disk) starts with this: a producer retries such a
+# Prewrite on another pump. Any other errmsg is about the binlog itself and is
+# final (schemas/README.md, "Errors").
+PUMP_UNAVAILABLE_PREFIX = "unavailable: "
+
+
 def probe() -> binlog_pb2.Binlog:
     """The empty binlog a pump acknowledges without storing (``start_ts = commit_ts = 0``)."""
     return Binlog(tp=PREWRITE, start_ts=0, commit_ts=0)

@@ -26,6 +26,7 @@ import contextlib
 import enum
 from collections.abc import Iterator
 
+from bridge.binlog import PUMP_UNAVAILABLE_PREFIX
 from bridge.errors import BridgeError
 from bridge.proto import meta_pb2
 from pump import metrics
@@ -72,7 +73,15 @@ class WriteGate:
             event.set()
 
     def refusal(self, prewrite: bool) -> str:
-        """Why a write of this kind would be refused now; "" when it is admitted."""
+        """Why a write of this kind would be refused now; "" when it is admitted.
+
+        Every refusal starts with :data:`PUMP_UNAVAILABLE_PREFIX`: it is about
+        this pump's state, so a producer retries the Prewrite elsewhere.
+        """
+        reason = self._state_refusal(prewrite)
+        return f"{PUMP_UNAVAILABLE_PREFIX}{reason}" if reason else ""
+
+    def _state_refusal(self, prewrite: bool) -> str:
         state, who = self.state, f"pump {self.node_id}"
         if state is PumpState.ONLINE:
             return self.disk.refusal(self.node_id) if prewrite and self.disk.stopped else ""

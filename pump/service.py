@@ -56,7 +56,7 @@ from typing import Any, Protocol
 
 import grpc
 
-from bridge.binlog import BinlogType, is_fake, is_probe, parse_binlog
+from bridge.binlog import PUMP_UNAVAILABLE_PREFIX, BinlogType, is_fake, is_probe, parse_binlog
 from bridge.errors import ProtocolError
 from bridge.proto import binlog_pb2, pump_pb2
 from pump import metrics
@@ -240,6 +240,12 @@ class PumpService:
             raise accepted.error
         return errmsgs
 
+    def _probe_refusal(self) -> str:
+        """What a probe is told: "" when this pump takes Prewrites now."""
+        if self.storage_failure:
+            return f"{PUMP_UNAVAILABLE_PREFIX}{self.storage_failure}"
+        return self._admission.write_refusal(True)
+
     def _admit(
         self, payloads: Sequence[bytes], errmsgs: list[str], tally: Counter[tuple[str, str]]
     ) -> _Accepted:
@@ -252,7 +258,7 @@ class PumpService:
                 tally["unknown", "invalid"] += 1
                 continue
             if is_probe(binlog):
-                errmsgs[position] = self.storage_failure or self._admission.write_refusal(True)
+                errmsgs[position] = self._probe_refusal()
                 continue
             prewrite = binlog.tp == _PREWRITE
             refusal = self._admission.enter_write(prewrite)

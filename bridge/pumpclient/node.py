@@ -21,6 +21,7 @@ from typing import Any
 
 import grpc
 
+from bridge.binlog import PUMP_UNAVAILABLE_PREFIX
 from bridge.errors import PumpRejected, PumpUnavailable
 from bridge.grpcutil import aio_channel
 from bridge.proto import binlog_pb2, pump_pb2, pump_pb2_grpc
@@ -92,7 +93,8 @@ class PumpNode:
         """Send one binlog in the next batch and wait for its result.
 
         Raises PumpUnavailable when the call fails or no answer comes within
-        ``timeout``, PumpRejected when the pump refused this binlog.
+        ``timeout`` or its state refuses writes for now (paused, closing...),
+        PumpRejected when the pump refused this binlog itself.
         """
         future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         self._queue.append(PendingBinlog(payload, kind, future))
@@ -111,6 +113,8 @@ class PumpNode:
         except TimeoutError:
             last = f" (last error: {self.last_error})" if self.last_error else ""
             raise PumpUnavailable(f"no answer within {timeout:.1f}s{last}") from None
+        if errmsg.startswith(PUMP_UNAVAILABLE_PREFIX):  # the pump's state, not the binlog
+            raise PumpUnavailable(f"pump {self.label} cannot take the {kind} binlog now: {errmsg}")
         if errmsg:
             raise PumpRejected(f"pump {self.label} rejected the {kind} binlog: {errmsg}")
 

@@ -109,7 +109,8 @@ def test_a_storage_failure_ends_the_call_unavailable(error: Exception) -> None:
     probe_answer = run(scenario, admission, Store(error=error))
     assert admission.in_flight == 0
     # Closing passes; a failed fsync stays until the pump restarts, and probes say so.
-    assert probe_answer == ("" if isinstance(error, StorageClosed) else "pump storage failed: fsync failed")
+    expected = "" if isinstance(error, StorageClosed) else "unavailable: pump storage failed: fsync failed"
+    assert probe_answer == expected
 
 
 def test_pull_streams_transactions_and_watermarks_in_batches() -> None:
