@@ -213,7 +213,9 @@ class Syncer:
         sent_at = 0.0
         interval = self.settings.resolved_interval
         try:
-            while True:
+            # Checked as well as the task's cancellation: on Python 3.11 asyncio.wait_for
+            # can swallow a cancel that lands as its inner wait completes.
+            while not self._abort.is_set():
                 wait = max(sent_at + interval - time.monotonic(), 0.01)
                 batch = await self._feed.next_batch(self.resolved_ts, timeout=wait)
                 for txn in batch.txns:
