@@ -35,7 +35,7 @@ import tempfile
 import time
 import urllib.request
 from collections import deque
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -184,8 +184,10 @@ async def _stop(proc: asyncio.subprocess.Process) -> None:
     await proc.wait()
 
 
-async def start_cluster(stack: contextlib.AsyncExitStack, tmp: Path) -> tuple[str, list[str]]:
-    """Meta and three pumps; their addresses."""
+async def start_cluster(
+    stack: contextlib.AsyncExitStack, tmp: Path, say: Callable[[str], None] | None = None
+) -> tuple[str, list[str]]:
+    """Meta and three pumps; their addresses (reported through ``say``, default this bench's progress)."""
     meta = await stack.enter_async_context(
         spawn(["meta", "--data-dir", str(tmp / "meta"), "--addr", "127.0.0.1:0"], META_READY, "meta")
     )
@@ -196,7 +198,7 @@ async def start_cluster(stack: contextlib.AsyncExitStack, tmp: Path) -> tuple[st
         config.write_text(PUMP_TOML.format(n=n, meta=meta_addr, data_dir=tmp / f"pump-{n}"))
         pump = await stack.enter_async_context(spawn(["pump", "--config", str(config)], PUMP_READY, "pump"))
         pumps.append(pump.match.group(1))
-    progress(f"meta at {meta_addr}, pumps at {', '.join(pumps)}")
+    (say or progress)(f"meta at {meta_addr}, pumps at {', '.join(pumps)}")
     return meta_addr, pumps
 
 

@@ -2,7 +2,8 @@
 
 Start (:func:`serve`)::
 
-    meta service: the cluster id              (MetaUnavailable: the drainer does not start)
+    meta service: the cluster id              (MetaUnavailable: relay recovery, below, or the
+                                              drainer does not start)
     checkpoint: load it, or initial-commit-ts (CheckpointError: unreadable, another cluster's, locked)
     schema tracker from the checkpoint's snapshot; the sink built from [sink]
     gRPC: bind addr (Notify)                  answered once the collector has read the registry
@@ -20,6 +21,13 @@ drainer cannot replicate), a sink that fails for good or a malformed pump
 stream stops it the same way, keeping the checkpoint below the fault, and
 :func:`serve` raises the error. After SIGKILL the next start resumes from
 the last checkpoint; sinks take the re-delivered events per their contract.
+
+With a relay log (``[relay] dir``) the sink is wrapped in a
+:class:`~drainer.relay.RelaySink`. When the meta service is unreachable at
+start and the relay log belongs to a cluster whose checkpoint is not
+consistent, :func:`serve` replays the relay log into the sink, saves a
+consistent checkpoint and returns (the process exits 0) instead of
+starting; see :mod:`drainer.relay` and docs/drainer-recovery.md.
 """
 
 from __future__ import annotations
@@ -36,7 +44,7 @@ from pathlib import Path
 import grpc
 
 from bridge.config import describe
-from bridge.errors import BridgeError
+from bridge.errors import BridgeError, MetaUnavailable
 from bridge.grpcutil import add_port, channel_options
 from bridge.meta.client import MetaClient
 from bridge.proto import drainer_pb2_grpc
@@ -49,9 +57,10 @@ from drainer.config import DrainerConfig
 from drainer.http import StatusServer
 from drainer.merger import MergeFeed, Merger
 from drainer.pull import PumpPuller
+from drainer.relay import RelaySink, recover
 from drainer.schema import SchemaTracker
 from drainer.server import CisternService, DrainerNode, NodeSettings
-from drainer.sinks.registry import build_sink
+from drainer.sinks.registry import build_sink, give_cluster_id
 from drainer.syncer import Syncer, SyncSettings
 
 log = logging.getLogger(__name__)
@@ -104,6 +113,11 @@ class Drainer:
         filters = config.filter
         builder = EventBuilder(tracker, filters.table_filter(), frozenset(filters.ignore_txn_commit_ts))
         sink = build_sink(config.sink.types, config.sink.tables, data_dir)
+        self.relay: RelaySink | None = None
+        if config.relay.enabled:
+            relay_dir, ignored = config.relay.directory(data_dir), frozenset(filters.ignore_txn_commit_ts)
+            sink = self.relay = RelaySink(sink, relay_dir, config.relay.max_file_size, ignored)
+        give_cluster_id(sink, cluster_id)
         self.merger = Merger(start.commit_ts, max_bytes=config.pump_buffer_bytes)
         self.feed = MergeFeed(self.merger)
         self.syncer = Syncer(self.feed, builder, sink, checkpoint, start, SyncSettings.from_config(config))
@@ -155,6 +169,7 @@ class Drainer:
             "duplicates_dropped": self.merger.duplicates,
             "pumps": self.collector.status(),
             "sink": self.syncer.status(),
+            "relay": self.relay.status() if self.relay is not None else None,
             "errors": {
                 "heartbeat": self.node.last_error or None,
                 "halted": str(self.syncer.halted) if self.syncer.halted else None,
@@ -171,7 +186,17 @@ async def serve(config: DrainerConfig, stop: asyncio.Event, ready: Ready = print
     async with contextlib.AsyncExitStack() as stack:
         meta = MetaClient(config.meta_addrs(), config.security)
         stack.push_async_callback(meta.close)
-        cluster_id = await meta.cluster_id()
+        try:
+            cluster_id = await meta.cluster_id()
+        except MetaUnavailable as exc:
+            if not config.relay.enabled:
+                raise
+            log.warning("meta service unreachable (%s): looking for a relay log to recover from", exc)
+            recovery = await asyncio.to_thread(recover, config)
+            if recovery is None:
+                raise
+            log.info("%s; exiting", recovery.line())
+            return
         checkpoint = build_checkpoint(config.checkpoint.table(), Path(config.data_dir), cluster_id)
         stack.callback(checkpoint.close)
         drainer = Drainer(config, cluster_id, meta, checkpoint)

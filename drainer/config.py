@@ -11,7 +11,8 @@
     initial-commit-ts = 0              # where a drainer without a checkpoint starts; 0 = the beginning
 
     [filter]                           # do-db, do-table, ignore-db, ignore-table, ignore-txn-commit-ts
-    [checkpoint]                       # type = "file" (+ that type's keys)
+    [checkpoint]                       # type = "file" | "mysql" (+ that type's keys)
+    [relay]                            # dir = "" (off), max-file-size: the relay log (drainer.relay)
     [sink]                             # type = "sqlite" | "file" | [...]; [sink.<type>] per sink
     [security]                         # TLS, see bridge.grpcutil.SecurityConfig
 
@@ -75,11 +76,39 @@ class FilterConfig:
 class CheckpointConfig:
     """``[checkpoint]``: where the checkpoint is kept (drainer.checkpoint)."""
 
-    type: str = field(default="file", metadata={"help": "file; the type's own keys sit beside it"})
-    options: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
+    type: str = field(default="file", metadata={"help": "file or mysql; the type's own keys sit beside it"})
+    # Logged as <redacted> by bridge.config.describe: a dsn in it may hold a password.
+    options: dict[str, Any] = field(default_factory=dict, init=False, repr=False, metadata={"secret": True})
 
     def table(self) -> dict[str, Any]:
         return {"type": self.type, **self.options}
+
+
+@dataclass
+class RelayConfig:
+    """``[relay]``: the relay log, events stored locally before the sink applies them (drainer.relay)."""
+
+    dir: str = field(
+        default="",
+        metadata={"help": 'relay log directory (relative: in data-dir); "" = no relay log'},
+    )
+    max_file_size: int = field(
+        default=10 * MIB, metadata={"help": "bytes after which the relay log starts a new file"}
+    )
+
+    def validate(self) -> None:
+        if not 4096 <= self.max_file_size <= 1 << 40:
+            raise ConfigError(
+                f"relay.max-file-size: expected 4096..{1 << 40} bytes, got {self.max_file_size}"
+            )
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.dir)
+
+    def directory(self, data_dir: Path) -> Path:
+        """The relay directory (a relative ``dir`` is taken from ``data_dir``)."""
+        return Path(data_dir) / self.dir
 
 
 @dataclass
@@ -89,7 +118,10 @@ class SinkConfig:
     type: str | list[str] = field(
         default="sqlite", metadata={"help": 'sink name, or a list of names: "sqlite", "file", ...'}
     )
-    tables: dict[str, dict[str, Any]] = field(default_factory=dict, init=False, repr=False)
+    # Logged as <redacted> by bridge.config.describe: a sink's dsn may hold a password.
+    tables: dict[str, dict[str, Any]] = field(
+        default_factory=dict, init=False, repr=False, metadata={"secret": True}
+    )
 
     @property
     def types(self) -> list[str]:
@@ -154,6 +186,7 @@ class DrainerConfig(NodeAddressing):
     )
     filter: FilterConfig = field(default_factory=FilterConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    relay: RelayConfig = field(default_factory=RelayConfig)
     sink: SinkConfig = field(default_factory=SinkConfig)
     security: SecurityConfig = field(default_factory=SecurityConfig)
 
@@ -207,7 +240,21 @@ def config_from_dict(data: Mapping[str, Any]) -> DrainerConfig:
         raise ConfigError(f"sink.{unknown[0]}: a table for a sink that sink.type does not name")
     config.checkpoint = build(CheckpointConfig, {"type": checkpoint_keys.pop("type", "file")}, "checkpoint.")
     config.checkpoint.options = checkpoint_keys
+    _default_checkpoint_dsn(config)
     return config
+
+
+DEFAULT_MYSQL_SINK_DSN = "mysql://root@127.0.0.1:3306/"
+
+
+def _default_checkpoint_dsn(config: DrainerConfig) -> None:
+    """A MySQL checkpoint without ``dsn`` lives in the MySQL sink's downstream (``[sink.mysql] dsn``)."""
+    options = config.checkpoint.options
+    if config.checkpoint.type != "mysql" or "dsn" in options or "mysql" not in config.sink.types:
+        return
+    dsn = config.sink.tables.get("mysql", {}).get("dsn", DEFAULT_MYSQL_SINK_DSN)
+    if isinstance(dsn, str):
+        options["dsn"] = dsn
 
 
 def load_config(path: Path | None, overrides: Mapping[str, Any] | None = None) -> DrainerConfig:

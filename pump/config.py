@@ -98,9 +98,9 @@ class ResolverConfig:
         elif self.dsn and not self.dsn.startswith("sqlite:"):  # type none may name either form
             # Imported here: the resolver module imports pymysql, which a pump
             # with type = "none" does not need.
-            from pump.resolver import parse_dsn
+            from pump.resolver import parse_mysql_dsn
 
-            parse_dsn(self.dsn, key="resolver.dsn")
+            parse_mysql_dsn(self.dsn, key="resolver.dsn")
         if not _TABLE_NAME_RE.match(self.table):
             raise ConfigError(f"resolver.table: expected a plain table name, got {self.table!r}")
         if not 0.05 <= self.interval <= 3600:

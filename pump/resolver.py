@@ -25,14 +25,14 @@ import logging
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Protocol
-from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 import pymysql
 import pymysql.err
 
 from bridge.errors import BridgeError, ConfigError
+from bridge.producer.dsn import Dsn, parse_dsn
 from pump import metrics
 from pump.config import ResolverConfig
 
@@ -84,62 +84,11 @@ class LostCommitResolver(Protocol):
     async def close(self) -> None: ...
 
 
-@dataclass(frozen=True)
-class MySQLDsn:
-    """``mysql://user[:password]@host[:port]/database[?connect_timeout=5&charset=utf8mb4]``."""
-
-    host: str = "127.0.0.1"
-    port: int = 3306
-    user: str = "root"
-    password: str = ""
-    database: str = ""
-    params: tuple[tuple[str, str], ...] = ()
-
-    def with_database(self, database: str) -> MySQLDsn:
-        return replace(self, database=database)
-
-    def redacted(self) -> str:
-        """The DSN for logs and errors: the password is never shown."""
-        auth = quote(self.user, safe="") + (":***" if self.password else "")
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        query = "&".join(f"{k}={v}" for k, v in self.params)
-        return f"mysql://{auth}@{host}:{self.port}/{self.database}" + (f"?{query}" if query else "")
-
-    def __repr__(self) -> str:
-        return f"MySQLDsn({self.redacted()!r})"
-
-    __str__ = redacted
-
-
-_KNOWN_PARAMS = {"charset", "connect_timeout", "unix_socket"}
-
-
-def parse_dsn(text: str, key: str = "dsn") -> MySQLDsn:
-    """Parse a ``mysql://`` URL; errors name ``key`` and never echo the password."""
-    try:
-        url = urlsplit(text.strip())
-        port = url.port or 3306
-    except ValueError:
-        raise ConfigError(f"{key}: expected mysql://user[:password]@host[:port]/database") from None
-    if url.scheme not in ("mysql", "mariadb") or not url.hostname:
+def parse_mysql_dsn(text: str, key: str = "resolver.dsn") -> Dsn:
+    """The resolver's upstream: a ``mysql://`` DSN (:mod:`bridge.producer.dsn`)."""
+    if text.strip().partition(":")[0].lower() not in ("mysql", "mariadb"):
         raise ConfigError(f"{key}: expected mysql://user[:password]@host[:port]/database")
-    database = unquote(url.path.lstrip("/"))
-    if "/" in database:
-        raise ConfigError(f"{key}: the path must be a single database name")
-    params = tuple(parse_qsl(url.query, keep_blank_values=True))
-    for name, _ in params:
-        if name not in _KNOWN_PARAMS:
-            raise ConfigError(
-                f"{key}: unknown parameter {name!r} (known: {', '.join(sorted(_KNOWN_PARAMS))})"
-            )
-    return MySQLDsn(
-        host=url.hostname,
-        port=port,
-        user=unquote(url.username) if url.username else "root",
-        password=unquote(url.password) if url.password else "",
-        database=database,
-        params=params,
-    )
+    return parse_dsn(text, key=key)
 
 
 class NoStatusResolver:
@@ -163,13 +112,13 @@ class MySQLStatusResolver:
 
     def __init__(
         self,
-        dsn: MySQLDsn | str,
+        dsn: Dsn | str,
         password: str | None = None,
         table: str = DEFAULT_TABLE,
         timeout: float = 5.0,
         attempts: int = 4,
     ) -> None:
-        self.dsn = parse_dsn(dsn) if isinstance(dsn, str) else dsn
+        self.dsn = parse_mysql_dsn(dsn) if isinstance(dsn, str) else dsn
         if not self.dsn.database:
             raise ConfigError(f"resolver.dsn: name the upstream database that holds {table} ({self.dsn})")
         self._password = self.dsn.password or password or ""
@@ -206,19 +155,20 @@ class MySQLStatusResolver:
         self._executor.shutdown(wait=True)
 
     def _connect(self) -> Any:
-        params = dict(self.dsn.params)
+        dsn = self.dsn
         return pymysql.connect(
             host=self.dsn.host,
             port=self.dsn.port,
             user=self.dsn.user,
             password=self._password,
             database=self.dsn.database,
-            charset=params.get("charset", "utf8mb4"),
-            unix_socket=params.get("unix_socket") or None,
-            connect_timeout=float(params.get("connect_timeout", self._timeout)),
+            charset=dsn.param("charset", "utf8mb4"),
+            unix_socket=dsn.param("unix_socket") or None,
+            connect_timeout=float(dsn.param("connect_timeout") or self._timeout),
             read_timeout=self._timeout,
             write_timeout=self._timeout,
             autocommit=True,
+            **dsn.pymysql_tls(),
         )
 
     def _disconnect(self) -> None:

@@ -61,6 +61,30 @@ SECTIONS: list[tuple[str, str, str, str]] = [
         "Binlog files for backup and `binlog-bridge replay`. Format: [sinks.md](sinks.md).",
     ),
     (
+        "mysql sink",
+        "drainer.sinks.mysql:MySQLSinkConfig",
+        'the drainer\'s `[sink]` table with `type = "mysql"`, keys in `[sink.mysql]`',
+        "MySQL, MariaDB and TiDB downstreams: parallel workers with conflict detection, multi-row "
+        "batches, safe mode, DDL. Guide: [mysql-sink.md](mysql-sink.md). "
+        "Example: [examples/drainer-mysql.toml](examples/drainer-mysql.toml).",
+    ),
+    (
+        "mysql checkpoint",
+        "drainer.checkpoint.mysql:MySQLCheckpointConfig",
+        'the drainer\'s `[checkpoint]` table with `type = "mysql"`',
+        "The checkpoint as a row of a table in the MySQL downstream (one row per cluster id, "
+        "with the `consistent` flag). Operations: [drainer-recovery.md](drainer-recovery.md).",
+    ),
+    (
+        "kafka sink",
+        "drainer.sinks.kafka:KafkaSinkConfig",
+        'the drainer\'s `[sink]` table with `type = "kafka"`, keys in `[sink.kafka]` (`producer` and '
+        "`schema-registry` are subtables: `[sink.kafka.producer]`, `[sink.kafka.schema-registry]`)",
+        "Avro change topics for Kafka consumers: one topic per table, the DDL topic, resolved-ts "
+        "watermarks, delivery-confirmed flushes. Guide: [kafka-sink.md](kafka-sink.md). "
+        "Example: [examples/drainer-kafka.toml](examples/drainer-kafka.toml).",
+    ),
+    (
         "Pump client (producers)",
         "bridge.pumpclient.config:PumpClientConfig",
         "a `[pump-client]` table in a producer's TOML, or `PumpClientConfig(...)` in code",
@@ -78,6 +102,9 @@ an invalid value stops the service at start with a message naming the key.
 
 Durations are a number of seconds or a string with a unit: `"500ms"`, `"3s"`,
 `"10m"`, `"1h"`, `"7d"`. Keys marked *secret* are never logged.
+
+A `mysql://` DSN takes parameters after `?`, TLS among them (`ssl-mode`,
+`ssl-ca`, `ssl-cert`, `ssl-key`): see [producers.md](producers.md#mysql-dsn-parameters).
 """
 
 

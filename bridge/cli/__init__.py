@@ -29,6 +29,7 @@ SUBCOMMANDS: dict[str, str] = {
     "diff": "bridge.cli.diff",
     "replay": "bridge.cli.replay",
     "demo": "bridge.cli.demo",
+    "consume": "bridge.cli.consume",
 }
 
 

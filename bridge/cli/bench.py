@@ -21,6 +21,8 @@ BENCHES: dict[str, str] = {
     "pump-index": "bench.pump_index",
     "pump": "bench.pump",
     "drainer": "bench.drainer",
+    "mysql": "bench.mysql",
+    "kafka": "bench.kafka",
 }
 
 REQUIRED_KEYS = ("name", "value", "unit", "ceiling", "ratio")

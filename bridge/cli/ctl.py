@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 from bridge.cli.nodectl import STATE_ACTIONS, find_node, post_state
+from bridge.errors import UserError
 from bridge.grpcutil import SecurityConfig
 from bridge.meta.client import MetaClient
 from bridge.meta.config import DEFAULT_ADDR
@@ -17,6 +18,14 @@ from bridge.proto import meta_pb2
 from bridge.tso import to_datetime
 
 KIND_CHOICES = {name: kind for kind, name in KIND_NAMES.items()}
+OFFLINE_HELP = """\
+Register a pump that is gone for good (its disk lost, its host retired) as
+OFFLINE, so drainers stop holding their merge for it. A live pump is closed
+with `ctl close` instead, which waits until drainers have everything; this
+command refuses a pump whose heartbeat is alive. Binlogs only that pump held
+and no drainer pulled are given up: drainers let it go at once.
+"""
+OFFLINE_TTL_MS = 1000  # the record written here is not a sign of life: let it expire quickly
 NODE_COLUMNS = (
     "KIND",
     "NODE ID",
@@ -60,6 +69,13 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     for action, help_text in STATE_ACTIONS.items():
         state = actions.add_parser(action, help=help_text)
         state.add_argument("node_id", help="the node's registry id (see `ctl nodes`)")
+    offline = actions.add_parser(
+        "offline",
+        help="register a dead pump OFFLINE so drainers stop waiting for it (loses what it never served)",
+        description=OFFLINE_HELP,
+    )
+    offline.add_argument("node_id", help="the dead pump's registry id (see `ctl nodes`)")
+    offline.add_argument("--yes", action="store_true", help="confirm: binlogs only it holds are given up")
     parser.set_defaults(func=run)
     return parser
 
@@ -83,6 +99,8 @@ async def _run(args: argparse.Namespace, security: SecurityConfig) -> int:
         elif args.action == "drainers":
             response = await client.list_nodes(meta_pb2.DRAINER)
             print_table([drainer_row(n, time.time()) for n in response.nodes], DRAINER_COLUMNS)
+        elif args.action == "offline":
+            await mark_offline(client, args.node_id, args.yes)
         elif args.action in STATE_ACTIONS:
             node = await find_node(client, args.node_id)
             reply = post_state(node, args.action, security)
@@ -94,6 +112,28 @@ async def _run(args: argparse.Namespace, security: SecurityConfig) -> int:
             print(f"backend:    {status.backend}")
             print(f"cluster id: {status.cluster_id}")
     return 0
+
+
+async def mark_offline(client: MetaClient, node_id: str, confirmed: bool) -> None:
+    node = await find_node(client, node_id)
+    if node.kind != meta_pb2.PUMP:
+        raise UserError(f"{node_id} is not a pump; only a dead pump is marked offline by hand")
+    if node.is_alive:
+        raise UserError(f"pump {node_id} is alive: close it with `binlog-bridge ctl close {node_id}`")
+    if node.state == meta_pb2.OFFLINE:
+        print(f"{node_id}: already offline")
+        return
+    if not confirmed:
+        raise UserError(
+            f"pump {node_id} would be let go with whatever it holds unpulled; add --yes to confirm"
+        )
+    record = meta_pb2.NodeStatus()
+    record.CopyFrom(node)
+    record.state = meta_pb2.OFFLINE
+    record.max_commit_ts = 0  # nothing left to drain: drainers let it go at once
+    record.ttl_ms = OFFLINE_TTL_MS
+    await client.heartbeat(record)
+    print(f"{node_id}: registered offline; drainers stop waiting for it")
 
 
 def node_row(node: meta_pb2.NodeStatus) -> tuple[str, ...]:

@@ -20,6 +20,7 @@ FLAG_KEYS = {
     "node_id": "node-id",
     "status_addr": "status-addr",
     "initial_commit_ts": "initial-commit-ts",
+    "relay_dir": "relay.dir",
 }
 
 
@@ -40,6 +41,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--initial-commit-ts",
         type=int,
         help="where to start when there is no checkpoint yet (default 0: from the beginning)",
+    )
+    parser.add_argument(
+        "--relay-dir",
+        help="relay log directory ([relay] dir; relative: in data-dir). With it, a start that cannot "
+        "reach the meta service replays the relay log into the sink and exits (docs/drainer-recovery.md)",
     )
     parser.set_defaults(func=run)
     return parser

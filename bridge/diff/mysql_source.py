@@ -41,6 +41,7 @@ class MySQLSource:
                 charset="utf8mb4",
                 autocommit=True,
                 cursorclass=cursor,
+                **self._dsn.pymysql_tls(),
             )
         except pymysql.MySQLError as exc:
             raise DiffSourceError(f"{self.label}: cannot connect: {exc.args[-1]}") from exc

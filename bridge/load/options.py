@@ -15,6 +15,8 @@ remove      10        deletes some of the worker's orders and their events (keyl
 rekey       5         changes primary keys: moves an order, doc or wide row to a new id
 doc         14        inserts or rewrites a text-heavy document (titles, bodies, tags, JSON)
 large       1         inserts ``large-size`` orders and events, updates a tenth of them
+swap        5         swaps the unique slots of two of the worker's rows (or rotates three)
+                      through a temporary value; inserts two rows while it has few
 ==========  ========  ==================================================================
 """
 
@@ -32,6 +34,7 @@ DEFAULT_MIX: dict[str, int] = {
     "rekey": 5,
     "doc": 14,
     "large": 1,
+    "swap": 5,
 }
 
 

@@ -159,6 +159,33 @@ def large(w: Worker, txn_size: int, large_size: int) -> Plan:
     return plan
 
 
+def swap(w: Worker, txn_size: int, large_size: int) -> Plan:
+    """Swaps the unique ``slot`` of two of the worker's load_slots rows (or rotates three) in one
+    transaction, through a temporary value (minus the first row's id: unique, never a real slot)
+    because the upstream checks the unique key after every statement. A worker with fewer than
+    three rows inserts two new ones instead."""
+    live = w.keys["load_slots"].live
+    plan = Plan("swap")
+    if len(live) < 3 or w.rng.random() < 0.1:
+        for _ in range(2):
+            key = w.keys["load_slots"].allocate()
+            row = w.slot_row(key)
+            plan.steps.append(_insert("load_slots", row))
+            plan.added.append(("load_slots", key))
+            plan.slots[key] = key
+        return plan
+    keys = w.rng.sample(live, 3 if w.rng.random() < 0.3 else 2)
+    slots = [w.slots[key] for key in keys]
+    moved = w.when()
+    # park the first row, give each next row the slot of the one before, then the first the last's
+    plan.steps.append(_update("load_slots", {"id": keys[0]}, {"slot": -keys[0]}))
+    for key, slot in zip(keys[1:], slots, strict=False):
+        plan.steps.append(_update("load_slots", {"id": key}, {"slot": slot, "moved": moved}))
+    plan.steps.append(_update("load_slots", {"id": keys[0]}, {"slot": slots[-1], "moved": moved}))
+    plan.slots.update(zip(keys, slots[-1:] + slots[:-1], strict=True))
+    return plan
+
+
 PLANNERS: dict[str, Planner] = {
     "transfer": transfer,
     "order": order,
@@ -167,4 +194,5 @@ PLANNERS: dict[str, Planner] = {
     "rekey": rekey,
     "doc": doc,
     "large": large,
+    "swap": swap,
 }

@@ -22,7 +22,7 @@ from bridge.load.options import LoadOptions
 from bridge.load.plans import PLANNERS
 from bridge.load.schema_changes import SchemaChanger
 from bridge.load.stats import Stats
-from bridge.load.workload import INDEXES, OWNED, TABLES, Plan, Worker
+from bridge.load.workload import INDEXES, KEYED, TABLES, Plan, Worker
 from bridge.producer.writer import TxnWriter
 
 log = logging.getLogger(__name__)
@@ -36,21 +36,20 @@ def create_schema(writer: TxnWriter, options: LoadOptions, stats: Stats) -> dict
     for sql in TABLES.values():
         if writer.ddl(sql) is not None:
             stats.ddl_committed()
-    have = {index.name for index in writer.schema("load_events").indexes}
-    for sql in INDEXES:
-        if sql.split()[2] not in have and writer.ddl(sql) is not None:
+    for name, (table, sql) in INDEXES.items():
+        if name not in {index.name for index in writer.schema(table).indexes} and writer.ddl(sql) is not None:
             stats.ddl_committed()
     q = writer.upstream.dialect.quote
     highest = writer.read(f"SELECT MAX({q('id')}) FROM {q('load_accounts')}")[0][0] or 0  # noqa: S608
     if highest < options.accounts:
-        maker = Worker(-1, 1, options.seed, {t: 1 for t in OWNED}, options.accounts)
+        maker = Worker(-1, 1, options.seed, {t: 1 for t in KEYED}, options.accounts)
         rows = [maker.account_row(key) for key in range(int(highest) + 1, options.accounts + 1)]
         with writer.transaction() as txn:
             for row in rows:
                 txn.insert("load_accounts", row)
         stats.committed(txn.rows)
     bases = {}
-    for table in OWNED:
+    for table in KEYED:
         found = writer.read(f"SELECT MAX({q('id')}) FROM {q(table)}")[0][0]  # noqa: S608
         bases[table] = int(found or 0) + 1
     return bases

@@ -12,7 +12,11 @@ Tables (the same DDL on MySQL and SQLite; every type maps on both):
 - ``load_docs`` — text-heavy documents (title, body of 40-250 words, tags,
   JSON metadata) for search indexes;
 - ``load_wide`` — the table the schema changes act on (columns added and
-  dropped while workers write it).
+  dropped while workers write it);
+- ``load_slots`` — each worker's own rows with a NOT NULL UNIQUE ``slot``:
+  transactions swap (or rotate) the slots of a worker's rows through a
+  temporary value, as an application must when a unique key is checked per
+  statement; consumers keyed by unique keys must apply them in order.
 
 A transaction is first *planned* from the worker's random generator and its
 own key lists (:meth:`Worker.plan`), then run; a retry after a deadlock runs
@@ -56,9 +60,18 @@ TABLES: dict[str, str] = {
         "CREATE TABLE IF NOT EXISTS load_wide (id BIGINT NOT NULL PRIMARY KEY, a INT NULL, b DOUBLE NULL, "
         "c VARCHAR(32) NULL)"
     ),
+    "load_slots": (
+        "CREATE TABLE IF NOT EXISTS load_slots (id BIGINT NOT NULL PRIMARY KEY, slot BIGINT NOT NULL, "
+        "holder VARCHAR(32) NOT NULL, moved DATETIME(6) NULL)"
+    ),
 }
-INDEXES = ("CREATE INDEX load_events_ref ON load_events (ref)",)
-OWNED = ("load_orders", "load_docs", "load_wide")  # tables whose rows each worker owns by id range
+# index name -> (table, CREATE statement): created once, after the tables
+INDEXES: dict[str, tuple[str, str]] = {
+    "load_events_ref": ("load_events", "CREATE INDEX load_events_ref ON load_events (ref)"),
+    "load_slots_slot": ("load_slots", "CREATE UNIQUE INDEX load_slots_slot ON load_slots (slot)"),
+}
+OWNED = ("load_orders", "load_docs", "load_wide")  # tables edit/remove/rekey act on, owned by id range
+KEYED = (*OWNED, "load_slots")  # every table whose ids a worker allocates from its own range
 
 _BASE_TIME = datetime(2020, 1, 1)
 _SYLLABLES = ("ka", "lo", "mi", "ne", "ru", "sa", "to", "vi", "zu", "per", "qua", "bri", "dge", "lin", "og")
@@ -84,6 +97,7 @@ class Plan:
     steps: list[Step] = field(default_factory=list)
     added: list[tuple[str, int]] = field(default_factory=list)
     removed: list[tuple[str, int]] = field(default_factory=list)
+    slots: dict[int, int] = field(default_factory=dict)  # load_slots id -> its slot once committed
 
     def run(self, txn: Transaction) -> None:
         for step in self.steps:
@@ -108,7 +122,8 @@ class Worker:
 
     def __init__(self, index: int, workers: int, seed: int, bases: dict[str, int], accounts: int) -> None:
         self.rng = random.Random(f"{seed}:{index}")  # noqa: S311 - reproducible test data
-        self.keys = {table: KeySpace(bases[table], workers, index) for table in OWNED}
+        self.keys = {table: KeySpace(bases[table], workers, index) for table in KEYED}
+        self.slots: dict[int, int] = {}  # the slot each of this worker's live load_slots rows holds
         self.accounts = accounts
         self.index = index
         self._event_seq = 0
@@ -121,13 +136,14 @@ class Worker:
             live = self.keys[table].live
             if key in live:
                 live.remove(key)
+        self.slots.update(plan.slots)
 
     # --- values -------------------------------------------------------------------------
 
     def _text(self, low: int, high: int) -> str:
         return " ".join(self.rng.choices(_WORDS, k=self.rng.randint(low, high)))
 
-    def _when(self) -> datetime:
+    def when(self) -> datetime:
         return _BASE_TIME + timedelta(
             seconds=self.rng.randrange(10**8), microseconds=self.rng.randrange(10**6)
         )
@@ -143,7 +159,7 @@ class Worker:
             "amount": self._money(10_000),
             "qty": rng.randint(1, 65_535),
             "status": rng.choice(_STATUSES),
-            "placed": self._when().replace(microsecond=rng.randrange(1000) * 1000, tzinfo=UTC),
+            "placed": self.when().replace(microsecond=rng.randrange(1000) * 1000, tzinfo=UTC),
             "ship_date": date(2020, 1, 1) + timedelta(days=rng.randrange(3650))
             if rng.random() < 0.7
             else None,
@@ -159,7 +175,7 @@ class Worker:
             "kind": kind,
             "ref": ref,
             "seq": self._event_seq % 1000,  # repeats on purpose: identical rows are legal here
-            "at": self._when().replace(microsecond=rng.randrange(1000) * 1000),
+            "at": self.when().replace(microsecond=rng.randrange(1000) * 1000),
             "score": rng.random() * 100 if rng.random() < 0.8 else None,
             "data": rng.randbytes(rng.randint(0, 16)) if rng.random() < 0.5 else None,
         }
@@ -175,7 +191,7 @@ class Worker:
             "meta": {"words": rng.randint(0, 999), "draft": rng.random() < 0.2}
             if rng.random() < 0.6
             else None,
-            "revised": self._when().replace(microsecond=0),
+            "revised": self.when().replace(microsecond=0),
         }
 
     def account_row(self, key: int) -> dict[str, object]:
@@ -183,10 +199,15 @@ class Worker:
             "id": key,
             "owner": self._text(1, 3)[:64],
             "balance": self._money(1000),
-            "updated": self._when(),
+            "updated": self.when(),
             "flags": self.rng.randrange(256),
             "region": self.rng.choice(("eu", "us", "ap", None)),
         }
+
+    def slot_row(self, key: int) -> dict[str, object]:
+        """A new load_slots row: its slot starts as its own id (unique, as ids are), and swaps
+        only permute the slots among the worker's rows, so no two rows ever share one."""
+        return {"id": key, "slot": key, "holder": self._text(1, 2)[:32], "moved": None}
 
     def wide_row(self, key: int) -> dict[str, object]:
         rng = self.rng

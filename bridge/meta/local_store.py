@@ -23,26 +23,12 @@ import secrets
 from pathlib import Path
 from urllib.parse import quote, unquote
 
+from bridge.durable import write_atomically
 from bridge.errors import ProtocolError, StoreError
 from bridge.meta.store import KIND_DIRS, BadEntry, LoadedNodes, node_from_json, node_to_json
 from bridge.proto import meta_pb2
 
 log = logging.getLogger(__name__)
-
-
-def write_atomically(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` durably (fsync file, rename, fsync dir)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 class LocalStore:

@@ -9,6 +9,28 @@ Forms understood by :func:`parse_dsn`:
                                                    port 3306 and user ``root`` by default
 =================================================  ==========================================
 
+A MySQL DSN may end in ``?charset=...&connect_timeout=...&unix_socket=...``
+and the TLS parameters below (:data:`MYSQL_PARAMS`); other parameters are
+refused by name.
+
+TLS, named as the MySQL clients name it (:meth:`Dsn.pymysql_tls` turns it
+into pymysql arguments):
+
+=======================================  ==========================================
+``ssl-mode=preferred`` (the default)     TLS when the server offers it, else plaintext
+``ssl-mode=disabled``                    plaintext; no TLS set-up cost per connection
+``ssl-mode=required``                    TLS or no connection; the certificate is not checked
+``ssl-mode=verify-ca``                   ... and the server certificate must chain to ``ssl-ca``
+``ssl-mode=verify-identity``             ... and name the host connected to
+``ssl-ca``, ``ssl-cert``, ``ssl-key``    PEM files: the CA, the client certificate, its key
+=======================================  ==========================================
+
+Refused when parsing: an unknown mode; a TLS file with ``disabled``;
+``ssl-ca`` with a mode that does not verify (it would be ignored);
+``verify-*`` without ``ssl-ca``; ``ssl-cert`` with ``preferred`` (pymysql
+cannot offer a client certificate and still fall back to plaintext);
+``ssl-key`` without ``ssl-cert``; a file that does not exist.
+
 User, password and database are percent-decoded (``%40`` for ``@``). A
 password may stay out of the DSN: :meth:`Dsn.with_password_from_env` fills it
 from an environment variable (the CLI uses ``BRIDGE_UPSTREAM_PASSWORD``).
@@ -19,16 +41,22 @@ password, and neither do ``str()``, ``repr()`` nor any error raised here.
 from __future__ import annotations
 
 import os
+import ssl
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from urllib.parse import quote, unquote, urlsplit
+from typing import Any
+from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 from bridge.errors import ConfigError
 
-__all__ = ["PASSWORD_ENV", "Dsn", "parse_dsn"]
+__all__ = ["MYSQL_PARAMS", "PASSWORD_ENV", "SSL_MODES", "Dsn", "parse_dsn"]
 
 PASSWORD_ENV = "BRIDGE_UPSTREAM_PASSWORD"  # noqa: S105 - the variable's name, not a password
 
 _MYSQL_SCHEMES = ("mysql", "mariadb")
+SSL_MODES = ("disabled", "preferred", "required", "verify-ca", "verify-identity")
+_SSL_FILES = ("ssl-ca", "ssl-cert", "ssl-key")
+MYSQL_PARAMS = frozenset(("charset", "connect_timeout", "unix_socket", "ssl-mode", *_SSL_FILES))
 _MYSQL_FORM = "mysql://user[:password]@host[:port]/database"
 _SQLITE_FORM = "sqlite:///absolute/path.db or sqlite:relative/path.db"
 
@@ -48,6 +76,7 @@ class Dsn:
     password: str = field(default="", repr=False)
     database: str = ""
     path: str = ""
+    params: tuple[tuple[str, str], ...] = ()  # MySQL: the ?key=value parameters, in order
 
     @property
     def is_sqlite(self) -> bool:
@@ -73,7 +102,53 @@ class Dsn:
             return f"sqlite://{self.path}" if self.path.startswith("/") else f"sqlite:{self.path}"
         auth = quote(self.user, safe="") + (":***" if self.password else "")
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"mysql://{auth}@{host}:{self.port}/{quote(self.database, safe='')}"
+        query = "&".join(f"{k}={quote(v, safe='/')}" for k, v in self.params)
+        return f"mysql://{auth}@{host}:{self.port}/{quote(self.database, safe='')}" + (
+            f"?{query}" if query else ""
+        )
+
+    def param(self, name: str, default: str = "") -> str:
+        """The value of ``?name=`` (one of :data:`MYSQL_PARAMS`), or ``default``."""
+        return dict(self.params).get(name, default)
+
+    @property
+    def ssl_mode(self) -> str:
+        """One of :data:`SSL_MODES`; ``preferred`` when the DSN names none."""
+        return _normal_ssl_mode(self.param("ssl-mode", "preferred"))
+
+    def pymysql_tls(self) -> dict[str, Any]:
+        """Keyword arguments for ``pymysql.connect`` that give this DSN's TLS mode.
+
+        ``preferred`` is pymysql's own default (no arguments); ``disabled`` is
+        ``ssl_disabled=True``. The other modes pass an :class:`ssl.SSLContext`
+        built here, on every call (a renewed certificate file is read by the
+        next connection): any ``ssl`` argument makes pymysql refuse a server
+        without TLS (``OperationalError`` 2026) instead of falling back to
+        plaintext. A file that cannot be loaded is a :class:`ConfigError`
+        naming its parameter.
+        """
+        mode = self.ssl_mode
+        if mode == "disabled":
+            return {"ssl_disabled": True}
+        if mode == "preferred":
+            return {}
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        context.check_hostname = mode == "verify-identity"
+        if mode == "required":
+            context.verify_mode = ssl.CERT_NONE
+        else:
+            self._load_tls(context.load_verify_locations, "ssl-ca", self.param("ssl-ca"))
+        if cert := self.param("ssl-cert"):
+            self._load_tls(context.load_cert_chain, "ssl-cert", cert, self.param("ssl-key") or None)
+        return {"ssl": context}
+
+    def _load_tls(self, loader: Callable[..., None], name: str, *files: str | None) -> None:
+        """``loader(*files)``, one of an SSLContext's; a failure is a ConfigError naming ``name``."""
+        try:
+            loader(*files)
+        except OSError as exc:  # ssl.SSLError too: not PEM, or a key that does not match
+            given = ", ".join(repr(path) for path in files if path)
+            raise ConfigError(f"{self.redacted()}: {name}: cannot load {given}: {exc}") from exc
 
     __str__ = redacted
 
@@ -121,8 +196,16 @@ def _parse_mysql(text: str, key: str) -> Dsn:
         raise ConfigError(f"{key}: expected {_MYSQL_FORM}") from None
     if not url.hostname:
         raise ConfigError(f"{key}: no host; expected {_MYSQL_FORM}")
-    if url.query or url.fragment:
-        raise ConfigError(f"{key}: a MySQL DSN takes no ?parameters or #fragment; expected {_MYSQL_FORM}")
+    if url.fragment:
+        raise ConfigError(f"{key}: a MySQL DSN takes no #fragment; expected {_MYSQL_FORM}")
+    params = tuple(parse_qsl(url.query, keep_blank_values=True))
+    for name, value in params:
+        if name not in MYSQL_PARAMS:
+            known = ", ".join(sorted(MYSQL_PARAMS))
+            raise ConfigError(f"{key}: unknown parameter {name!r} (known: {known})")
+        if name == "connect_timeout" and not _is_seconds(value):
+            raise ConfigError(f"{key}: connect_timeout must be a number of seconds")
+    _check_tls(dict(params), key)
     database = unquote(url.path.lstrip("/"))
     if "/" in database:
         raise ConfigError(f"{key}: the path must be a single database name; expected {_MYSQL_FORM}")
@@ -133,4 +216,38 @@ def _parse_mysql(text: str, key: str) -> Dsn:
         user=unquote(url.username) if url.username else "root",
         password=unquote(url.password) if url.password else "",
         database=database,
+        params=params,
     )
+
+
+def _check_tls(params: dict[str, str], key: str) -> None:
+    """Refuse TLS parameters that contradict each other or would be ignored."""
+    mode = _normal_ssl_mode(params.get("ssl-mode", "preferred"))
+    if mode not in SSL_MODES:
+        raise ConfigError(f"{key}: ssl-mode must be one of {', '.join(SSL_MODES)}")
+    files = [name for name in _SSL_FILES if name in params]
+    if mode == "disabled" and files:
+        raise ConfigError(f"{key}: {files[0]} is given but ssl-mode=disabled turns TLS off")
+    if mode.startswith("verify-") and not params.get("ssl-ca"):
+        raise ConfigError(f"{key}: ssl-mode={mode} needs ssl-ca (the CA certificate file)")
+    if "ssl-ca" in params and not mode.startswith("verify-"):
+        raise ConfigError(f"{key}: ssl-ca is used only by ssl-mode=verify-ca or verify-identity")
+    if "ssl-cert" in params and mode == "preferred":
+        raise ConfigError(f"{key}: ssl-cert needs ssl-mode=required, verify-ca or verify-identity")
+    if "ssl-key" in params and not params.get("ssl-cert"):
+        raise ConfigError(f"{key}: ssl-key needs ssl-cert (the client certificate file)")
+    for name in files:
+        if not os.path.isfile(params[name]):
+            raise ConfigError(f"{key}: {name}: no such file {params[name]!r}")
+
+
+def _normal_ssl_mode(text: str) -> str:
+    # The MySQL clients spell the modes VERIFY_CA; accept that spelling too.
+    return text.strip().lower().replace("_", "-")
+
+
+def _is_seconds(text: str) -> bool:
+    try:
+        return float(text) > 0
+    except ValueError:
+        return False

@@ -76,6 +76,7 @@ class MySQLSession:
                 connect_timeout=connect_timeout,
                 init_command="SET time_zone = '+00:00'",
                 conv=_CONVERSIONS,
+                **dsn.pymysql_tls(),
             )
             with self._conn.cursor() as cursor:
                 cursor.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
@@ -236,6 +237,7 @@ def create_database(dsn: Dsn, connect_timeout: float = 10.0) -> bool:
             charset="utf8mb4",
             autocommit=True,
             connect_timeout=connect_timeout,
+            **dsn.pymysql_tls(),
         )
     except pymysql.err.Error as exc:
         raise UpstreamUnavailable(f"{dsn.redacted()}: connect failed: {exc.args[-1]}") from exc

@@ -33,6 +33,7 @@ __all__ = [
 
 CHECKPOINTS: dict[str, str] = {
     "file": "drainer.checkpoint.file:FileCheckpoint.from_options",
+    "mysql": "drainer.checkpoint.mysql:MySQLCheckpoint.from_options",
 }
 
 

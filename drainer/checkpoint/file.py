@@ -24,11 +24,11 @@ import binascii
 import fcntl
 import json
 import logging
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from bridge.durable import write_atomically
 from bridge.errors import ConfigError
 from drainer.checkpoint.base import CheckpointError, CheckpointState
 
@@ -98,14 +98,8 @@ class FileCheckpoint:
             "ts-map": {},
             "schema": base64.b64encode(state.schema).decode("ascii"),
         }
-        tmp = self.path.with_name(f"{self.path.name}.tmp")
         try:
-            with tmp.open("w", encoding="utf-8") as f:
-                json.dump(data, f, separators=(",", ":"))
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
-            _fsync_dir(self.path.parent)
+            write_atomically(self.path, json.dumps(data, separators=(",", ":")).encode())
         except OSError as exc:
             raise CheckpointError(f"checkpoint {self.path}: cannot save: {exc.strerror}") from exc
         log.debug("checkpoint saved at commit_ts %d", state.commit_ts)
@@ -120,11 +114,3 @@ def _int(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"expected a non-negative integer, got {value!r}")
     return value
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

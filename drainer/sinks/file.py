@@ -82,20 +82,7 @@ class FileSink:
     def write(self, events: Sequence[Event]) -> None:
         if not self._open:
             raise SinkError("file sink: not open")
-        for event in events:
-            if event.commit_ts <= self._position:
-                continue
-            if not isinstance(event, ResolvedEvent):
-                change = event.change if isinstance(event, DDLEvent) else None
-                try:
-                    self._writer.append(event.commit_ts, event.payload, change)
-                except OSError as exc:
-                    raise SinkUnavailable(
-                        f"file sink {self.directory}: commit_ts {event.commit_ts}: cannot write: {exc}"
-                    ) from exc
-                except SchemaTrackError as exc:
-                    raise SinkApplyError(f"file sink: commit_ts {event.commit_ts}: {exc}") from exc
-            self._position = event.commit_ts
+        self._position, _ = append_events(self._writer, events, self._position, f"file sink {self.directory}")
 
     def flush(self) -> int:
         try:
@@ -112,3 +99,26 @@ class FileSink:
             raise SinkError(f"file sink {self.directory}: close failed: {exc}") from exc
         finally:
             self._open = False
+
+
+def append_events(
+    writer: BinlogFileWriter, events: Sequence[Event], position: int, where: str
+) -> tuple[int, int]:
+    """Append the row and DDL events of ``events`` above commit_ts ``position`` to ``writer``
+    (resolved events only move the position); not synced. Returns the new position and the
+    commit_ts of the last event appended (0: none). ``where`` starts error messages."""
+    appended = 0
+    for event in events:
+        if event.commit_ts <= position:
+            continue  # written already (a retry, or re-delivered after a restart)
+        if not isinstance(event, ResolvedEvent):
+            change = event.change if isinstance(event, DDLEvent) else None
+            try:
+                writer.append(event.commit_ts, event.payload, change)
+            except OSError as exc:
+                raise SinkUnavailable(f"{where}: commit_ts {event.commit_ts}: cannot write: {exc}") from exc
+            except SchemaTrackError as exc:
+                raise SinkApplyError(f"{where}: commit_ts {event.commit_ts}: {exc}") from exc
+            appended = event.commit_ts
+        position = event.commit_ts
+    return position, appended

@@ -35,6 +35,8 @@ from drainer.sinks.base import Sink
 SINKS: dict[str, str] = {
     "sqlite": "drainer.sinks.sqlite:SQLiteSink",
     "file": "drainer.sinks.file:FileSink",
+    "mysql": "drainer.sinks.mysql:MySQLSink",
+    "kafka": "drainer.sinks.kafka:KafkaSink",
 }
 
 
@@ -81,6 +83,19 @@ def give_schema_snapshot(sink: Sink, snapshot: bytes) -> None:
         setter(snapshot)
 
 
+def give_cluster_id(sink: Sink, cluster_id: int) -> None:
+    """Tell a sink that asks for it which cluster it replicates.
+
+    Optional part of the protocol: a sink with ``set_cluster_id(cluster_id:
+    int)`` gets it right after construction, before ``open`` (e.g. to key the
+    progress rows it keeps in the downstream, or to name the source of the
+    messages it publishes).
+    """
+    setter = getattr(sink, "set_cluster_id", None)
+    if callable(setter):
+        setter(cluster_id)
+
+
 class FanOutSink:
     """Several sinks as one: each gets every call; ``flush`` is the lowest position."""
 
@@ -91,6 +106,10 @@ class FanOutSink:
     def set_schema_snapshot(self, snapshot: bytes) -> None:
         for sink in self.sinks:
             give_schema_snapshot(sink, snapshot)
+
+    def set_cluster_id(self, cluster_id: int) -> None:
+        for sink in self.sinks:
+            give_cluster_id(sink, cluster_id)
 
     def open(self, resume_ts: int) -> None:
         for sink in self.sinks:

@@ -11,6 +11,12 @@ converters cover the rest:
 
 TIME binds as the ``timedelta`` it decodes to (negative values included).
 
+Identifiers are quoted with backticks and any ``%`` in them doubled: every
+statement of this dialect goes through pymysql's ``%`` formatting (``execute``
+with parameters, ``executemany``, ``mogrify``), which turns ``%%`` back into
+``%``. Statements run without parameters (DDL) quote with
+:func:`drainer.translator.mysql_ddl.quote` instead.
+
 Known limit of matching a keyless table's whole row: ``FLOAT`` columns are
 compared with ``<=>`` against the double the binlog carries, which equals
 the stored single-precision value only when the value is exact in single
@@ -31,6 +37,9 @@ class MySQLDialect(Dialect):
     placeholder = "%s"
     null_safe_equal = "<=>"
     quote_char = "`"
+
+    def quote(self, name: str) -> str:
+        return "`" + name.replace("`", "``").replace("%", "%%") + "`"
 
     def converter(self, column: row_pb2.Column) -> Converter | None:
         kind, fsp = column.type, column.fsp

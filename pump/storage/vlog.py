@@ -22,6 +22,7 @@ import threading
 from collections.abc import Callable, Generator, Sequence
 from pathlib import Path
 
+from bridge.durable import fsync_dir
 from pump.storage.errors import RecordGone, StorageFailed
 from pump.storage.segment import (
     FOOTER,
@@ -222,7 +223,7 @@ class ValueLog:
             segment.retire()
             log.info("value log GC: removed %s (max ts %d < %d)", segment.path.name, segment.max_ts, ts)
         if removed and self.sync_enabled:
-            _fsync_dir(self.directory)
+            fsync_dir(self.directory)
         return [s.id for s in removed]
 
     def close(self) -> None:
@@ -259,16 +260,8 @@ def _create_segment(directory: Path, seg_id: int, sync: bool) -> Segment:
     path = directory / segment_name(seg_id)
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
     if sync:
-        _fsync_dir(directory)
+        fsync_dir(directory)
     return Segment(seg_id, path, fd, data_end=0, max_ts=0, sealed=False)
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _coalesce(chunks: list[bytes]) -> list[bytes]:

@@ -79,3 +79,41 @@ def test_a_pump_paused_then_closed_mid_run(cluster: Cluster, sqlite_upstream: st
 
     run_load(cluster, sqlite_upstream, seconds=15, fault=pause_then_close)
     assert_replicated(cluster, sqlite_upstream)
+
+
+def test_a_dead_pump_marked_offline_by_hand_releases_the_merge(
+    cluster: Cluster, sqlite_upstream: str
+) -> None:
+    """A pump that dies for good holds the merge (it may hold unpulled binlogs) until an operator
+    runs ``ctl offline``. Pausing it first and letting the drainer pass a timestamp taken after the
+    pause guarantees it holds nothing unpulled, so the downstream must still equal the upstream."""
+
+    def die_then_offline(cluster: Cluster, load: LoadProcess) -> None:
+        wait_for_transactions(cluster, load, 60)
+        paused = run_cli("ctl", "--meta", cluster.meta_addr, "pause", "pump-2")
+        assert paused.returncode == 0, paused.stderr
+        cluster.wait_caught_up(cluster.timestamp(), 120)  # everything pump-2 took is merged
+        cluster.kill("pump-2")
+        wait_for(lambda: pump_alive(cluster, "pump-2") is False, "pump-2's heartbeat expiring", cluster)
+
+        refused = run_cli("ctl", "--meta", cluster.meta_addr, "offline", "pump-2")
+        assert refused.returncode == 2 and "--yes" in refused.stderr, refused.stderr
+        alive = run_cli("ctl", "--meta", cluster.meta_addr, "offline", "pump-1", "--yes")
+        assert alive.returncode == 2 and "ctl close pump-1" in alive.stderr, alive.stderr
+
+        marked = run_cli("ctl", "--meta", cluster.meta_addr, "offline", "pump-2", "--yes")
+        assert marked.returncode == 0, marked.stderr
+        assert "registered offline" in marked.stdout
+        wait_for(lambda: pump_states(cluster).get("pump-2") == "offline", "pump-2 offline", cluster)
+
+    run_load(cluster, sqlite_upstream, seconds=15, fault=die_then_offline)
+    assert_replicated(cluster, sqlite_upstream)  # needs the merge released: pump-2 never returns
+
+
+def pump_alive(cluster: Cluster, name: str) -> bool | None:
+    result = run_cli("ctl", "--meta", cluster.meta_addr, "nodes", "--kind", "pump")
+    assert result.returncode == 0, result.stderr
+    for cells in (line.split() for line in result.stdout.splitlines()[1:]):
+        if cells[1] == name:
+            return cells[4] == "yes"
+    return None

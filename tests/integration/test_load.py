@@ -244,7 +244,7 @@ def test_load_runs_and_its_binlogs_rebuild_the_upstream(
     assert "txn/s" in child.output and "rows/s" in child.output
     model = check_replay(cluster, upstream, summary, since)
     names = {s.table for s in model.schemas.values()}
-    assert {"load_accounts", "load_orders", "load_events", "load_docs", "load_wide"} <= names
+    assert {"load_accounts", "load_orders", "load_events", "load_docs", "load_wide", "load_slots"} <= names
 
 
 def test_sigint_stops_cleanly_and_a_second_run_continues(cluster: Cluster, tmp_path: Path) -> None:

@@ -19,18 +19,18 @@ import pymysql
 import pytest
 
 from bridge.binlog import parse_binlog, prewrite
+from bridge.producer.dsn import Dsn
 from bridge.tso import compose
 from pump import metrics
 from pump.config import ResolverConfig
 from pump.resolver import (
     LostCommitSweeper,
-    MySQLDsn,
     MySQLStatusResolver,
     ResolverError,
     ResolverUnavailable,
     StatusTableMissing,
     build_resolver,
-    parse_dsn,
+    parse_mysql_dsn,
 )
 from pump.storage import CommittedTxn, Storage, Watermark
 from tests.support.process import free_port
@@ -44,11 +44,11 @@ STATUS_ROWS = {1001: 1005, 1003: 1010, 1007: 1008}
 
 
 @pytest.fixture(scope="module")
-def server_dsn() -> MySQLDsn:
-    return parse_dsn(os.environ.get(DSN_ENV, DEFAULT_DSN))
+def server_dsn() -> Dsn:
+    return parse_mysql_dsn(os.environ.get(DSN_ENV, DEFAULT_DSN))
 
 
-def admin(dsn: MySQLDsn, database: str = "") -> pymysql.connections.Connection:
+def admin(dsn: Dsn, database: str = "") -> pymysql.connections.Connection:
     return pymysql.connect(
         host=dsn.host,
         port=dsn.port,
@@ -60,7 +60,7 @@ def admin(dsn: MySQLDsn, database: str = "") -> pymysql.connections.Connection:
 
 
 @pytest.fixture
-def upstream(server_dsn: MySQLDsn, unique_name: str) -> Iterator[MySQLDsn]:
+def upstream(server_dsn: Dsn, unique_name: str) -> Iterator[Dsn]:
     """A fresh database with the status table and a few rows; dropped afterwards."""
     conn = admin(server_dsn)
     with conn.cursor() as cur:
@@ -101,7 +101,7 @@ def old_and_young(old: list[int], young: list[int]) -> dict[int, float]:
     return {**{ts: now - 3600 for ts in old}, **{ts: now + 3600 for ts in young}}
 
 
-def test_found_start_ts_resolve_to_the_status_tables_commit_ts(upstream: MySQLDsn) -> None:
+def test_found_start_ts_resolve_to_the_status_tables_commit_ts(upstream: Dsn) -> None:
     async def scenario() -> dict[int, int | None]:
         resolver = MySQLStatusResolver(upstream)
         try:
@@ -112,7 +112,7 @@ def test_found_start_ts_resolve_to_the_status_tables_commit_ts(upstream: MySQLDs
     assert asyncio.run(scenario()) == {1001: 1005, 1002: None, 1003: 1010, 1007: 1008, 9999: None}
 
 
-def test_sweeper_commits_found_prewrites_and_discards_the_rest(upstream: MySQLDsn) -> None:
+def test_sweeper_commits_found_prewrites_and_discards_the_rest(upstream: Dsn) -> None:
     store = UnpairedStore(old_and_young(old=[1001, 1002, 1003, 1004], young=[1007, 1008]))
     found_before = metrics.LOST_COMMITS.labels("found")._value.get()
     discarded_before = metrics.LOST_COMMITS.labels("discarded")._value.get()
@@ -133,7 +133,7 @@ def test_sweeper_commits_found_prewrites_and_discards_the_rest(upstream: MySQLDs
     assert metrics.LOST_COMMITS.labels("discarded")._value.get() - discarded_before == 2
 
 
-def test_sweeper_run_loop_resolves_prewrites_as_they_age(upstream: MySQLDsn) -> None:
+def test_sweeper_run_loop_resolves_prewrites_as_they_age(upstream: Dsn) -> None:
     store = UnpairedStore(old_and_young(old=[1003], young=[]))
 
     async def scenario() -> None:
@@ -153,7 +153,7 @@ def test_sweeper_run_loop_resolves_prewrites_as_they_age(upstream: MySQLDsn) -> 
 
 
 def test_unreachable_upstream_leaves_prewrites_pending(caplog: pytest.LogCaptureFixture) -> None:
-    nowhere = parse_dsn(f"mysql://root@127.0.0.1:{free_port()}/nothing")
+    nowhere = parse_mysql_dsn(f"mysql://root@127.0.0.1:{free_port()}/nothing")
     store = UnpairedStore(old_and_young(old=[1001, 1002], young=[]))
     errors_before = metrics.ERRORS.labels("resolver")._value.get()
 
@@ -176,9 +176,7 @@ def test_unreachable_upstream_leaves_prewrites_pending(caplog: pytest.LogCapture
     assert "2 Prewrites stay pending" in caplog.text
 
 
-def test_missing_status_table_is_a_clear_error_and_decides_nothing(
-    server_dsn: MySQLDsn, unique_name: str
-) -> None:
+def test_missing_status_table_is_a_clear_error_and_decides_nothing(server_dsn: Dsn, unique_name: str) -> None:
     conn = admin(server_dsn)
     with conn.cursor() as cur:
         cur.execute(f"CREATE DATABASE `{unique_name}`")
@@ -205,7 +203,7 @@ def test_missing_status_table_is_a_clear_error_and_decides_nothing(
     assert store.resolved == []
 
 
-def test_reconnects_after_the_server_drops_the_connection(upstream: MySQLDsn, server_dsn: MySQLDsn) -> None:
+def test_reconnects_after_the_server_drops_the_connection(upstream: Dsn, server_dsn: Dsn) -> None:
     async def scenario() -> None:
         resolver = MySQLStatusResolver(upstream)
         try:
@@ -228,7 +226,7 @@ def test_reconnects_after_the_server_drops_the_connection(upstream: MySQLDsn, se
 
 
 def test_password_from_env_is_used_and_never_logged(
-    upstream: MySQLDsn, server_dsn: MySQLDsn, unique_name: str, caplog: pytest.LogCaptureFixture
+    upstream: Dsn, server_dsn: Dsn, unique_name: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     user, password = f"u{unique_name[1:9]}", f"pw-{unique_name}-secret"
     conn = admin(server_dsn)
@@ -270,9 +268,7 @@ def test_password_from_env_is_used_and_never_logged(
     assert f"mysql://{user}:***@" in caplog.text  # the DSN with a password is logged redacted
 
 
-def test_lost_commits_through_the_storage_engine(
-    server_dsn: MySQLDsn, unique_name: str, tmp_path: Path
-) -> None:
+def test_lost_commits_through_the_storage_engine(server_dsn: Dsn, unique_name: str, tmp_path: Path) -> None:
     """The issue's lost-commit scenario with the real storage engine: Prewrites
     without Commits, some with a status row upstream and some without; after a
     sweep, a pull from 0 returns exactly the first, at the status table's commit_ts."""

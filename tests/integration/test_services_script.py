@@ -114,3 +114,27 @@ def test_a_failed_start_shows_the_log(services: Services) -> None:
     assert result.returncode != 0
     assert "etcd: exited during start" in result.stderr
     assert "address already in use" in result.stderr
+
+
+@pytest.mark.kafka
+def test_kafka_broker_up_status_env_down(tmp_path: Path) -> None:
+    port = free_port()
+    services = Services(tmp_path / "services", free_port(), free_port())
+    services.env["BRIDGE_KAFKA_PORT"] = str(port)
+    try:
+        assert services.run("status", "kafka").returncode == 3
+        first = services.run("up", "kafka")
+        assert first.returncode == 0, first.stderr
+        assert first.stdout.startswith(f"kafka: started on 127.0.0.1:{port}")
+        again = services.run("up", "kafka")
+        assert "kafka: up on" in again.stdout and "started" not in again.stdout.split("(")[0]
+        assert (
+            services.run("env", "kafka").stdout.strip()
+            == f"export BRIDGE_TEST_KAFKA_BOOTSTRAP=127.0.0.1:{port}"
+        )
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            pass
+        assert services.run("down", "kafka").stdout.startswith("kafka: stopped (pid ")
+        assert services.run("status", "kafka").returncode == 3
+    finally:
+        services.run("down", "kafka")

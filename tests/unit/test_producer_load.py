@@ -11,7 +11,7 @@ from bridge.errors import ConfigError
 from bridge.load.options import DEFAULT_MIX, LoadOptions, parse_mix
 from bridge.load.plans import PLANNERS
 from bridge.load.stats import Progress, Stats, summary
-from bridge.load.workload import OWNED, Worker
+from bridge.load.workload import KEYED, Worker
 
 
 def test_mix_overrides_defaults() -> None:
@@ -45,7 +45,7 @@ def test_options_are_checked() -> None:
 
 def planned(seed: int, worker: int, count: int) -> list[tuple[str, int, list[tuple[str, int]]]]:
     """The first ``count`` plans of a worker, each as (kind, steps, rows added), all committing."""
-    w = Worker(worker, 4, seed, {t: 1 for t in OWNED}, accounts=50)
+    w = Worker(worker, 4, seed, {t: 1 for t in KEYED}, accounts=50)
     out = []
     for _ in range(count):
         kind = w.rng.choices(list(DEFAULT_MIX), list(DEFAULT_MIX.values()))[0]
@@ -93,3 +93,42 @@ def test_progress_line_and_summary() -> None:
         "txn_per_s": 1.0,
         "rows_per_s": 4.0,
     }
+
+
+class SlotTable:
+    """load_slots as the upstream checks it: the unique slot after every statement."""
+
+    def __init__(self) -> None:
+        self.rows: dict[int, dict[str, object]] = {}
+        self.statements = 0
+
+    def insert(self, table: str, row: dict[str, object]) -> None:
+        assert table == "load_slots" and row["id"] not in self.rows
+        self.rows[int(row["id"])] = dict(row)  # type: ignore[call-overload]
+        self._check()
+
+    def update(self, table: str, where: dict[str, object], changes: dict[str, object]) -> None:
+        assert table == "load_slots" and list(where) == ["id"]
+        self.rows[int(where["id"])].update(changes)  # type: ignore[call-overload]
+        self._check()
+
+    def _check(self) -> None:
+        self.statements += 1
+        slots = [row["slot"] for row in self.rows.values()]
+        assert len(slots) == len(set(slots)), f"unique slot violated after statement {self.statements}"
+
+
+def test_swaps_keep_the_unique_slot_unique_after_every_statement() -> None:
+    workers = [Worker(i, 2, 11, {t: 1 for t in KEYED}, accounts=5) for i in range(2)]
+    table = SlotTable()
+    swapped = 0
+    for n in range(400):
+        w = workers[n % 2]
+        plan = PLANNERS["swap"](w, 4, 40)
+        plan.run(table)  # type: ignore[arg-type]
+        w.commit(plan)
+        swapped += not plan.added
+        assert {k: int(r["slot"]) for k, r in table.rows.items() if k in w.slots} == w.slots  # type: ignore[call-overload]
+    assert swapped > 300
+    moved = [row for row in table.rows.values() if row["slot"] != row["id"]]
+    assert moved and all(int(row["slot"]) > 0 for row in table.rows.values())  # type: ignore[call-overload]

@@ -9,8 +9,9 @@ import pytest
 
 from bridge.config import build, describe, load
 from bridge.errors import ConfigError
+from bridge.producer.dsn import Dsn
 from pump.config import GIB, PASSWORD_ENV, PumpConfig, ResolverConfig
-from pump.resolver import MySQLDsn, parse_dsn
+from pump.resolver import parse_mysql_dsn
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "pump.toml"
 
@@ -112,11 +113,13 @@ def test_password_precedence() -> None:
 
 
 def test_parse_dsn_and_redaction(caplog: pytest.LogCaptureFixture) -> None:
-    dsn = parse_dsn("mysql://bin%40log:p%3Ass@db.example:3307/shop?connect_timeout=3")
-    assert dsn == MySQLDsn("db.example", 3307, "bin@log", "p:ss", "shop", (("connect_timeout", "3"),))
+    dsn = parse_mysql_dsn("mysql://bin%40log:p%3Ass@db.example:3307/shop?connect_timeout=3")
+    assert dsn == Dsn(
+        "mysql", "db.example", 3307, "bin@log", "p:ss", "shop", params=(("connect_timeout", "3"),)
+    )
     assert dsn.redacted() == "mysql://bin%40log:***@db.example:3307/shop?connect_timeout=3"
     with caplog.at_level(logging.INFO):
         logging.getLogger("test").info("dsn %s %r", dsn, dsn)
     assert "p:ss" not in caplog.text
-    assert parse_dsn("mysql://root@127.0.0.1/") == MySQLDsn("127.0.0.1", 3306, "root", "", "")
-    assert parse_dsn("mysql://h").with_database("x").database == "x"
+    assert parse_mysql_dsn("mysql://root@127.0.0.1/") == Dsn("mysql", "127.0.0.1", 3306, "root", "", "")
+    assert parse_mysql_dsn("mysql://h").with_database("x").database == "x"

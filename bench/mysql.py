@@ -1,0 +1,594 @@
+"""Rows per second a drainer applies to MariaDB through the MySQL sink, against a plain multi-row INSERT.
+
+Starts ``binlog-bridge meta`` and three ``binlog-bridge pump`` children (a
+temporary data dir; :func:`bench.drainer.start_cluster`), then preloads them
+through the real client SDK: a CREATE TABLE DDL binlog for an 8-column table of
+mixed types (:func:`bench.drainer.table_schema`, in a database of this run's
+own), then ``--rows`` row changes in transactions of ``--rows-per-txn``, each drawn
+from ``--mix`` (inserts of new rows, updates and deletes of live ones; with
+``--txn-kind`` one draw per transaction). Each of
+the ``--concurrency`` preloading tasks owns its keys and commits its
+transactions one after another, so an update or delete always follows the
+insert of its row in commit order. Every Commit is acknowledged before anything
+is measured.
+
+``value``: a ``binlog-bridge drainer`` child (``[sink] type = "mysql"`` into
+``--dsn`` with ``--worker-count``, ``--batch-rows``, ``--txn-rows``; safe mode
+off unless ``--safe-mode``, and no safe-mode window after the start unless
+``--safe-mode-duration``, so the steady state is measured; file checkpoint;
+``initial-commit-ts = 0``) catches up; row changes per
+second from its ready line until ``GET /status`` shows ``checkpoint_ts`` at or
+past the last commit_ts (start-up, the merge, decoding, translation, the
+downstream's work and the checkpoint interval are all inside). The downstream
+table is then checked against the preload's model (row count and column sums).
+
+``ceiling``: in the same run, against the same server, one pymysql connection
+inserting the same number of rows of the same shape (the preload's value
+generator) into a fresh table with multi-row ``INSERT ... VALUES (..),(..)`` of
+``--ceiling-rows`` rows per statement, committing each statement. ``ratio`` =
+value / ceiling. The ceiling has no updates or deletes (they cost the server
+more than inserts), so a mix with many of them bounds the ratio below 1.
+
+``replay`` (a second reference, not the ceiling): one pymysql connection
+applying the preload's own changes in the order they were made to a fresh table
+— runs of inserts as multi-row INSERTs, runs of deletes as one ``DELETE ...
+IN``, each update one ``UPDATE`` (a run sent as one multi-statement round
+trip), a commit every ``--txn-rows`` — what a plain single-connection applier
+of the same stream reaches; ``replay_ratio`` = value / replay. Its table is
+checked against the model too.
+
+The run's database (``bench_mysql_<random>``) is dropped at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import random
+import secrets
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pymysql
+from pymysql.constants import CLIENT
+
+from bench.cpu import CpuMeter, listener_pid
+from bench.drainer import (
+    DRAINER_READY,
+    PUMPS,
+    fetch_status,
+    row_values,
+    spawn,
+    start_cluster,
+    table_schema,
+    write_txn,
+)
+from bench.pump import TsoBatcher
+from bridge.binlog import TableMutationBuilder, ddl_prewrite, prewrite
+from bridge.errors import ConfigError
+from bridge.producer.dsn import Dsn, parse_dsn
+from bridge.proto import row_pb2
+from bridge.pumpclient import AsyncPumpsClient, PumpClientConfig
+from bridge.rowcodec import RowCodec
+
+DSN_ENV = "BRIDGE_TEST_MYSQL_DSN"
+DEFAULT_DSN = "mysql://root@127.0.0.1:3306/"
+KINDS = ("insert", "update", "delete")
+DEFAULT_MIX = {"insert": 60, "update": 30, "delete": 10}
+COLUMNS = ("id", "customer", "price", "weight", "sku", "created", "flag", "note")
+CREATE_COLUMNS = (
+    "`id` BIGINT NOT NULL PRIMARY KEY, `customer` INT NULL, `price` DECIMAL(12,2) NULL, "
+    "`weight` DOUBLE NULL, `sku` VARCHAR(64) NULL, `created` DATETIME(6) NULL, `flag` TINYINT NULL, "
+    "`note` TEXT NULL"
+)
+DRAINER_TOML = """\
+addr = "127.0.0.1:0"
+node-id = "bench-drainer"
+meta = "{meta}"
+data-dir = "{data_dir}"
+status-addr = "127.0.0.1:0"
+initial-commit-ts = 0
+flush-interval = "{flush_interval}"
+checkpoint-interval = "100ms"
+resolved-interval = "100ms"
+[sink]
+type = "mysql"
+[sink.mysql]
+dsn = "{dsn}"
+worker-count = {worker_count}
+batch-rows = {batch_rows}
+txn-rows = {txn_rows}
+safe-mode = {safe_mode}
+safe-mode-duration = "{safe_mode_duration}s"
+progress-schema = "{database}"
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--rows", type=int, default=200_000, help="row changes preloaded (default 200000)")
+    parser.add_argument(
+        "--rows-per-txn", type=int, default=10, help="row changes per transaction (default 10)"
+    )
+    parser.add_argument(
+        "--mix",
+        default="insert=60,update=30,delete=10",
+        help="weights of the row changes (default insert=60,update=30,delete=10)",
+    )
+    parser.add_argument(
+        "--txn-kind",
+        action="store_true",
+        help="every change of a transaction of one kind drawn from the mix (default: each change draws)",
+    )
+    parser.add_argument("--worker-count", type=int, default=16, help="sink.mysql.worker-count (default 16)")
+    parser.add_argument(
+        "--flush-interval",
+        type=float,
+        default=0.1,
+        help="the drainer's flush-interval in seconds (default 0.1: the tail of the run stays short)",
+    )
+    parser.add_argument("--batch-rows", type=int, default=500, help="sink.mysql.batch-rows (default 500)")
+    parser.add_argument("--txn-rows", type=int, default=4096, help="sink.mysql.txn-rows (default 4096)")
+    parser.add_argument(
+        "--safe-mode",
+        action="store_true",
+        help="sink.mysql.safe-mode = true: every change as REPLACE / DELETE + REPLACE (default off)",
+    )
+    parser.add_argument(
+        "--safe-mode-duration",
+        type=float,
+        default=0.0,
+        help="sink.mysql.safe-mode-duration in seconds (default 0: the steady state, not the "
+        "sink's start-up window, which defaults to 60 s and would cover the whole run)",
+    )
+    parser.add_argument(
+        "--ceiling-rows", type=int, default=500, help="rows per INSERT statement of the ceiling (default 500)"
+    )
+    parser.add_argument(
+        "--dsn",
+        default=os.environ.get(DSN_ENV, DEFAULT_DSN),
+        help=f"the downstream MariaDB/MySQL server (default ${DSN_ENV} or {DEFAULT_DSN})",
+    )
+    parser.add_argument("--concurrency", type=int, default=64, help="preloading tasks (default 64)")
+    parser.add_argument("--seed", type=int, default=1, help="the preload's random seed (default 1)")
+    parser.add_argument("--timeout", type=float, default=900.0, help="phase time limit (default 900 s)")
+
+
+def progress(message: str) -> None:
+    print(f"bench mysql: {message}", file=sys.stderr, flush=True)
+
+
+def parse_mix(text: str) -> dict[str, int]:
+    """``"insert=60,update=30"`` -> weights of every kind (unnamed ones 0); at least one insert."""
+    mix = dict.fromkeys(KINDS, 0)
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, sep, weight = part.partition("=")
+        if not sep or name.strip() not in mix or not weight.strip().isdigit():
+            raise ConfigError(
+                f"--mix: expected kind=weight with kind one of {', '.join(KINDS)}; got {part!r}"
+            )
+        mix[name.strip()] = int(weight)
+    if mix["insert"] <= 0:
+        raise ConfigError("--mix: the insert weight must be positive (updates and deletes need rows)")
+    return mix
+
+
+def bench_row(key: int, version: int) -> tuple[object, ...]:
+    """Row ``key`` after its ``version``-th change: :func:`bench.drainer.row_values` with the
+    customer, weight and flag moved by the version."""
+    values = list(row_values(key))
+    values[1] = (key + version * 7_919) % 10_007
+    values[3] = key * 0.25 + version
+    values[6] = (key + version) % 2
+    return tuple(values)
+
+
+@dataclass
+class Model:
+    """What the downstream table must hold once the drainer caught up: the live rows' versions."""
+
+    live: dict[int, int] = field(default_factory=dict)  # key -> version
+    changes: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
+    # every change as made: (kind, key, version after it); each key's changes in commit order
+    ops: list[tuple[str, int, int]] = field(default_factory=list)
+
+    def expected(self) -> tuple[int, int, float]:
+        """(row count, SUM(customer), SUM(weight)) of the live rows."""
+        count, customers, weights = 0, 0, 0.0
+        for key, version in self.live.items():
+            row = bench_row(key, version)
+            count += 1
+            customers += int(row[1])  # type: ignore[call-overload]
+            weights += float(row[3])  # type: ignore[arg-type]
+        return count, customers, weights
+
+
+class KeyOwner:
+    """One preloading task: its own keys (``task + n * tasks``), their live versions, its choices."""
+
+    def __init__(self, task: int, tasks: int, seed: int, mix: dict[str, int], model: Model) -> None:
+        self._rng = random.Random(f"{seed}:{task}")
+        self._next = task
+        self._stride = tasks
+        self._kinds = [k for k in KINDS if mix[k] > 0]
+        self._weights = [mix[k] for k in self._kinds]
+        self._live: list[int] = []
+        self._model = model
+
+    def txn(self, codec: RowCodec, table_id: int, changes: int, one_kind: bool) -> TableMutationBuilder:
+        """A transaction of ``changes`` row changes: each of a kind drawn from the mix, or all of
+        one drawn kind when ``one_kind`` (an update or delete with no live row left inserts)."""
+        mutation = TableMutationBuilder(table_id)
+        live, versions = self._live, self._model.live
+        txn_kind = self._rng.choices(self._kinds, self._weights)[0]
+        for _ in range(changes):
+            kind = txn_kind if one_kind else self._rng.choices(self._kinds, self._weights)[0]
+            kind = kind if live else "insert"
+            if kind == "insert":
+                key, self._next = self._next, self._next + self._stride
+                mutation.insert(codec.encode(bench_row(key, 0)))
+                versions[key] = 0
+                live.append(key)
+            else:
+                index = self._rng.randrange(len(live))
+                key = live[index]
+                before = codec.encode(bench_row(key, versions[key]))
+                if kind == "update":
+                    versions[key] += 1
+                    mutation.update(before, codec.encode(bench_row(key, versions[key])))
+                else:
+                    mutation.delete(before)
+                    live[index] = live[-1]
+                    live.pop()
+                    del versions[key]
+            self._model.changes[kind] += 1
+            self._model.ops.append((kind, key, versions.get(key, -1)))
+        return mutation
+
+
+async def preload(
+    meta_addr: str, schema: row_pb2.TableSchema, args: argparse.Namespace, mix: dict[str, int]
+) -> tuple[int, Model]:
+    """The CREATE TABLE, then every transaction; (the last commit_ts, the model of the result)."""
+    config = PumpClientConfig(strategy="range", rpc_timeout=30, write_timeout=120)
+    model = Model()
+    codec = RowCodec(schema)
+    began = time.perf_counter()
+    async with AsyncPumpsClient(meta_addr, config) as client:
+        tso = TsoBatcher(client)
+        change = row_pb2.SchemaChange(
+            kind=row_pb2.SchemaChange.CREATE_TABLE, db=schema.db, table=schema.table, table_schema=schema
+        )
+        query = f"CREATE TABLE `{schema.db}`.`{schema.table}` ({CREATE_COLUMNS})"
+        await write_txn(client, tso, ddl_prewrite(await tso.get(), query, 1, change))
+        sizes = iter(txn_sizes(args.rows, args.rows_per_txn))
+
+        async def task(owner: KeyOwner) -> int:
+            last = 0
+            for size in sizes:  # the tasks share the iterator: each takes the next transaction
+                mutation = owner.txn(codec, schema.table_id, size, args.txn_kind)
+                start_ts = await tso.get()
+                binlog = prewrite(start_ts, [mutation.build()], b"k%d" % start_ts)
+                last = max(last, await write_txn(client, tso, binlog))
+            return last
+
+        owners = [KeyOwner(n, args.concurrency, args.seed, mix, model) for n in range(args.concurrency)]
+        last = max(await asyncio.gather(*(task(owner) for owner in owners)))
+    elapsed = time.perf_counter() - began
+    counts = ", ".join(f"{model.changes[k]:,} {k}s" for k in KINDS)
+    progress(f"preloaded {args.rows:,} row changes ({counts}) in {elapsed:.1f}s; last commit_ts {last}")
+    return last, model
+
+
+def txn_sizes(rows: int, per_txn: int) -> Iterator[int]:
+    full, rest = divmod(rows, per_txn)
+    yield from (per_txn for _ in range(full))
+    if rest:
+        yield rest
+
+
+def dsn_text(dsn: Dsn) -> str:
+    """The drainer's DSN: the server of ``--dsn`` with its parameters (ssl-mode, ...), no database."""
+    auth = dsn.user + (f":{dsn.password}" if dsn.password else "")
+    query = "&".join(f"{k}={v}" for k, v in dsn.params)
+    return f"mysql://{auth}@{dsn.host}:{dsn.port}/" + (f"?{query}" if query else "")
+
+
+def connect(dsn: Dsn, database: str | None = None) -> pymysql.connections.Connection[Any]:
+    return pymysql.connect(
+        host=dsn.host,
+        port=dsn.port,
+        user=dsn.user,
+        password=dsn.password or "",
+        database=database,
+        autocommit=True,
+        connect_timeout=10,
+        **dsn.pymysql_tls(),
+    )
+
+
+def server_pid(dsn: Dsn) -> int | None:
+    """The MariaDB/MySQL server's pid when it runs on this machine (for its CPU seconds)."""
+    return listener_pid(dsn.port) if dsn.host in ("127.0.0.1", "localhost", "::1") else None
+
+
+async def measure_drainer(
+    tmp: Path,
+    cluster: tuple[str, list[str]],
+    last_ts: int,
+    args: argparse.Namespace,
+    dsn: Dsn,
+    database: str,
+) -> tuple[float, float, CpuMeter]:
+    """(row changes/s of a drainer catching up from its ready line to a checkpoint at ``last_ts``,
+    the seconds it took, the CPU the drainer, the pumps and the server spent meanwhile)."""
+    meta_addr, pump_addrs = cluster
+    config = tmp / "drainer.toml"
+    config.write_text(
+        DRAINER_TOML.format(
+            meta=meta_addr,
+            data_dir=tmp / "drainer",
+            dsn=dsn_text(dsn),
+            worker_count=args.worker_count,
+            flush_interval=f"{args.flush_interval:g}s",
+            batch_rows=args.batch_rows,
+            txn_rows=args.txn_rows,
+            safe_mode=str(args.safe_mode).lower(),
+            safe_mode_duration=f"{args.safe_mode_duration:g}",
+            database=database,  # the sink's progress table goes into the run's database
+        )
+    )
+    async with spawn(["drainer", "--config", str(config)], DRAINER_READY, "drainer") as drainer:
+        status_addr = drainer.match.group(1)
+        pumps = [listener_pid(int(addr.rpartition(":")[2])) for addr in pump_addrs]
+        cpu = CpuMeter({"drainer": [drainer.proc.pid], "pumps": pumps, "server": [server_pid(dsn)]})
+        cpu.start()
+        deadline = drainer.ready_at + args.timeout
+        checkpoint = 0
+        while checkpoint < last_ts:
+            drainer.check_alive("binlog-bridge drainer")
+            if time.perf_counter() > deadline:
+                raise RuntimeError(f"drainer checkpoint at {checkpoint} after {args.timeout}s, not {last_ts}")
+            await asyncio.sleep(0.05)
+            with contextlib.suppress(OSError):
+                status = await asyncio.to_thread(fetch_status, status_addr)
+                halted = (status.get("errors") or {}).get("halted")
+                if halted:
+                    raise RuntimeError(f"the drainer halted replication: {halted}")
+                checkpoint = int(status.get("checkpoint_ts") or 0)
+        elapsed = time.perf_counter() - drainer.ready_at
+        cpu.stop()
+    rate = args.rows / elapsed
+    progress(f"drainer (mysql sink): {args.rows:,} row changes in {elapsed:.2f}s = {rate:,.0f} rows/s")
+    progress(f"drainer phase, CPU us per row change: {cpu.per_row_us(args.rows)}")
+    return rate, elapsed, cpu
+
+
+def verify(dsn: Dsn, schema: row_pb2.TableSchema, model: Model, table: str = "") -> dict[str, Any]:
+    """A downstream table (default the replicated one) against the model: count and column sums
+    must match."""
+    count, customers, weights = model.expected()
+    table = table or schema.table
+    conn = connect(dsn, schema.db)
+    try:
+        with conn.cursor() as cursor:
+            cursor.execute(f"SELECT COUNT(*), SUM(`customer`), SUM(`weight`) FROM `{table}`")  # noqa: S608
+            got = cursor.fetchone()
+    finally:
+        conn.close()
+    assert got is not None
+    found = (int(got[0]), int(got[1] or 0), float(got[2] or 0.0))
+    if found[:2] != (count, customers) or abs(found[2] - weights) > 1e-6 * max(1.0, abs(weights)):
+        raise RuntimeError(
+            f"downstream {schema.db}.{table} differs from the preload: (rows, SUM(customer), "
+            f"SUM(weight)) = {found}, expected {(count, customers, weights)}"
+        )
+    progress(f"downstream {table} verified: {count:,} live rows")
+    return {"rows": count, "checked": "row count, SUM(customer), SUM(weight)"}
+
+
+def measure_ceiling(dsn: Dsn, database: str, args: argparse.Namespace) -> tuple[float, CpuMeter]:
+    """Rows/s of one pymysql connection inserting ``--rows`` rows into a fresh table of the same
+    shape, ``--ceiling-rows`` per multi-row INSERT, each statement committed."""
+    conn = connect(dsn, database)
+    try:
+        with conn.cursor() as cursor:
+            cursor.execute(f"CREATE TABLE `ceiling_orders` ({CREATE_COLUMNS})")
+            names = ", ".join(f"`{c}`" for c in COLUMNS)
+            placeholders = "(" + ", ".join(["%s"] * len(COLUMNS)) + ")"
+            cpu = CpuMeter({"client": [os.getpid()], "server": [server_pid(dsn)]})
+            cpu.start()
+            began = time.perf_counter()
+            for first in range(0, args.rows, args.ceiling_rows):
+                rows = [row_values(i) for i in range(first, min(first + args.ceiling_rows, args.rows))]
+                values = ", ".join([placeholders] * len(rows))
+                sql = f"INSERT INTO `ceiling_orders` ({names}) VALUES {values}"  # noqa: S608 - placeholders
+                cursor.execute(sql, [value for row in rows for value in row])
+            elapsed = time.perf_counter() - began
+            cpu.stop()
+    finally:
+        conn.close()
+    rate: float = args.rows / elapsed
+    progress(
+        f"ceiling (pymysql, {args.ceiling_rows} rows per INSERT, one connection): "
+        f"{args.rows:,} rows in {elapsed:.2f}s = {rate:,.0f} rows/s"
+    )
+    progress(f"ceiling, CPU us per row: {cpu.per_row_us(args.rows)}")
+    return rate, cpu
+
+
+def measure_replay(dsn: Dsn, schema: row_pb2.TableSchema, model: Model, args: argparse.Namespace) -> float:
+    """Row changes/s of one pymysql connection applying the preload's changes, in the order they
+    were made, to a fresh table: runs of inserts as multi-row INSERTs and runs of deletes as one
+    ``DELETE ... IN`` (up to ``--ceiling-rows`` each), each update as one UPDATE of every column
+    (a run of them sent as one multi-statement round trip), committing every ``--txn-rows``
+    changes. What a plain single-connection applier of the same stream reaches."""
+    names = ", ".join(f"`{c}`" for c in COLUMNS)
+    row_marks = "(" + ", ".join(["%s"] * len(COLUMNS)) + ")"
+    assign = ", ".join(f"`{c}` = %s" for c in COLUMNS[1:])
+    conn = pymysql.connect(
+        host=dsn.host,
+        port=dsn.port,
+        user=dsn.user,
+        password=dsn.password or "",
+        database=schema.db,
+        autocommit=False,
+        client_flag=CLIENT.MULTI_STATEMENTS,
+        **dsn.pymysql_tls(),
+    )
+    try:
+        with conn.cursor() as cursor:
+            cursor.execute(f"CREATE TABLE `replay_orders` ({CREATE_COLUMNS})")
+            began = time.perf_counter()
+            ops, done, since_commit = model.ops, 0, 0
+            while done < len(ops):
+                kind = ops[done][0]
+                end = done
+                while end < len(ops) and end - done < args.ceiling_rows and ops[end][0] == kind:
+                    end += 1
+                run = ops[done:end]
+                if kind == "insert":
+                    values = [v for _, key, version in run for v in bench_row(key, version)]
+                    marks = ", ".join([row_marks] * len(run))
+                    cursor.execute(f"INSERT INTO `replay_orders` ({names}) VALUES {marks}", values)  # noqa: S608
+                elif kind == "delete":
+                    marks = ", ".join(["%s"] * len(run))
+                    delete = f"DELETE FROM `replay_orders` WHERE `id` IN ({marks})"  # noqa: S608
+                    cursor.execute(delete, [key for _, key, _ in run])
+                else:
+                    text = ";".join(
+                        cursor.mogrify(
+                            f"UPDATE `replay_orders` SET {assign} WHERE `id` = %s",  # noqa: S608
+                            [*bench_row(key, version)[1:], key],
+                        )
+                        for _, key, version in run
+                    )
+                    cursor.execute(text)
+                    while cursor.nextset():
+                        pass
+                done = end
+                since_commit += len(run)
+                if since_commit >= args.txn_rows:
+                    conn.commit()
+                    since_commit = 0
+            conn.commit()
+            elapsed = time.perf_counter() - began
+    finally:
+        conn.close()
+    rate: float = len(model.ops) / elapsed
+    progress(
+        f"replay (one pymysql connection, the same changes in order): {elapsed:.2f}s = {rate:,.0f} rows/s"
+    )
+    verify(dsn, schema, model, "replay_orders")
+    return rate
+
+
+def drop_database(dsn: Dsn, database: str) -> None:
+    conn = connect(dsn)
+    try:
+        with conn.cursor() as cursor:
+            cursor.execute(f"DROP DATABASE IF EXISTS `{database}`")
+    finally:
+        conn.close()
+
+
+async def measure(args: argparse.Namespace, dsn: Dsn, mix: dict[str, int]) -> dict[str, Any]:
+    schema = table_schema()
+    schema.db = f"bench_mysql_{secrets.token_hex(4)}"
+    try:
+        with tempfile.TemporaryDirectory(prefix="bench-mysql-") as name:
+            tmp = Path(name)
+            async with contextlib.AsyncExitStack() as stack:
+                cluster = await start_cluster(stack, tmp, progress)
+                last_ts, model = await preload(cluster[0], schema, args, mix)
+                value, elapsed, drainer_cpu = await measure_drainer(
+                    tmp, cluster, last_ts, args, dsn, schema.db
+                )
+        checked = verify(dsn, schema, model)
+        ceiling, ceiling_cpu = measure_ceiling(dsn, schema.db, args)
+        replay = measure_replay(dsn, schema, model, args)
+    finally:
+        with contextlib.suppress(pymysql.err.MySQLError):
+            drop_database(dsn, schema.db)
+    return {
+        "value": value,
+        "ceiling": ceiling,
+        "replay": replay,
+        "elapsed": elapsed,
+        "cpu_us_per_row": {
+            "drainer_phase": drainer_cpu.per_row_us(args.rows),
+            "ceiling": ceiling_cpu.per_row_us(args.rows),
+        },
+        "model": model,
+        "checked": checked,
+    }
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    checks = (
+        ("--rows", args.rows >= 1),
+        ("--rows-per-txn", 1 <= args.rows_per_txn <= args.rows),
+        ("--worker-count", args.worker_count >= 1),
+        ("--flush-interval", args.flush_interval > 0),
+        ("--batch-rows", args.batch_rows >= 1),
+        ("--txn-rows", args.txn_rows >= 1),
+        ("--ceiling-rows", args.ceiling_rows >= 1),
+        ("--safe-mode-duration", args.safe_mode_duration >= 0),
+        ("--concurrency", args.concurrency >= 1),
+        ("--timeout", args.timeout > 0),
+    )
+    bad = [flag for flag, ok in checks if not ok]
+    if bad:
+        raise SystemExit(f"bench mysql: {', '.join(bad)} out of range")
+    try:
+        mix = parse_mix(args.mix)
+        dsn = parse_dsn(args.dsn, key="--dsn")
+    except ConfigError as exc:
+        raise SystemExit(f"bench mysql: {exc}") from None
+    if not dsn.is_mysql:
+        raise SystemExit("bench mysql: --dsn must be a mysql:// DSN")
+    result = asyncio.run(measure(args, dsn, mix))
+    value, ceiling = result["value"], result["ceiling"]
+    model: Model = result["model"]
+    return {
+        "name": "mysql",
+        "value": round(value, 1),
+        "unit": "rows/s",
+        "ceiling": round(ceiling, 1),
+        "ratio": float(f"{value / ceiling:.4g}") if ceiling else 0.0,
+        "elapsed": round(result["elapsed"], 3),
+        # a second reference: one connection applying the same changes in order (inserts and
+        # deletes batched, one UPDATE per update); see measure_replay
+        "replay": round(result["replay"], 1),
+        "replay_ratio": float(f"{value / result['replay']:.4g}") if result["replay"] else 0.0,
+        # CPU microseconds per row of each process in each phase (None: not readable here); on a
+        # 2-core machine the sum per row bounds rows/s more than any one process does
+        "cpu_us_per_row": result["cpu_us_per_row"],
+        "params": {
+            "rows": args.rows,
+            "rows_per_txn": args.rows_per_txn,
+            "mix": mix,
+            "txn_kind": args.txn_kind,
+            "changes": model.changes,
+            "worker_count": args.worker_count,
+            "flush_interval": args.flush_interval,
+            "batch_rows": args.batch_rows,
+            "txn_rows": args.txn_rows,
+            "safe_mode": args.safe_mode,
+            "safe_mode_duration": args.safe_mode_duration,
+            "ceiling_rows": args.ceiling_rows,
+            "pumps": PUMPS,
+            "columns": len(COLUMNS),
+            "downstream": f"{dsn.host}:{dsn.port}",
+        },
+        "verified": result["checked"],
+        "load_avg": [round(x, 2) for x in os.getloadavg()],
+        "ceiling_is": f"one pymysql connection, multi-row INSERT of {args.ceiling_rows} rows per statement "
+        "(each committed) of the same table shape into the same server; inserts only",
+    }

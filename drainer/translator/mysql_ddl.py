@@ -1,0 +1,356 @@
+"""Schema changes as MySQL DDL, generated from ``SchemaChange`` (never from the upstream's text).
+
+The upstream may be SQLite, whose DDL MySQL cannot run, and even a MySQL
+upstream's text may name things the downstream spells differently; so the
+MySQL sink rebuilds every change from the :class:`bridge.proto.row_pb2.SchemaChange`
+the DDL binlog carries and the schema the table had before:
+
+==================  ======================================================================
+change              statement
+==================  ======================================================================
+CREATE DATABASE     ``CREATE DATABASE IF NOT EXISTS``
+DROP DATABASE       ``DROP DATABASE IF EXISTS``
+CREATE TABLE        ``CREATE TABLE IF NOT EXISTS`` with every column, the primary key, unique
+                    and plain indexes, charset and collation
+DROP TABLE          ``DROP TABLE IF EXISTS``
+TRUNCATE TABLE      ``TRUNCATE TABLE``
+RENAME TABLE        ``RENAME TABLE a TO b`` (MariaDB: ``RENAME TABLE IF EXISTS``)
+ALTER TABLE         one ``ALTER TABLE`` from the difference of the old and new schema: columns
+                    matched by id (DROP / CHANGE / ADD ... AFTER), indexes by name and definition
+                    (DROP then ADD), the primary key; MariaDB gets ``IF [NOT] EXISTS`` on each
+==================  ======================================================================
+
+Idempotent where the server allows, so a DDL replayed after a crash does not
+fail: every CREATE/DROP is guarded, and on MariaDB (``flavor="mariadb"``) so
+are the ALTER clauses and RENAME. MySQL 8 has no ``IF [NOT] EXISTS`` for
+columns; there the sink's DDL progress record (it skips DDLs at or below the
+commit_ts it recorded) covers replays, except for a crash between the DDL and
+that record.
+
+Column types: a column's ``sql_type`` is MySQL text for MySQL upstreams
+(tables that carry a charset) and is used when it is a plain type of the
+column's type family; otherwise — SQLite upstreams, ENUM/SET, anything
+unexpected — the type is derived from ``type``, ``length``, ``precision``,
+``scale``, ``fsp``, ``elems`` and ``unsigned``. Tables without a charset
+(SQLite upstreams, which compare text byte-wise) get ``utf8mb4`` with
+``utf8mb4_bin``; their unbounded TEXT/BLOB become LONGTEXT/LONGBLOB, or
+VARCHAR(768)/VARBINARY(3072) when an index uses them (MySQL cannot index an
+unbounded column without a prefix). Indexed TEXT/BLOB columns of MySQL
+upstreams are indexed by a 255-character prefix (the binlog does not carry
+prefix lengths).
+
+Identifiers are backtick-quoted; ENUM/SET members and DEFAULT literals are
+SQL string literals built here, and a DEFAULT that is not a plain literal or
+``CURRENT_TIMESTAMP`` is left out (the sink writes every column explicitly).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Sequence
+
+from bridge.proto import row_pb2
+
+log = logging.getLogger(__name__)
+
+T = row_pb2.ColumnType
+Change = row_pb2.SchemaChange
+
+_INTS = {
+    T.TINYINT: "TINYINT",
+    T.SMALLINT: "SMALLINT",
+    T.MEDIUMINT: "MEDIUMINT",
+    T.INT: "INT",
+    T.BIGINT: "BIGINT",
+}
+_FAMILY: dict[int, frozenset[str]] = {
+    T.TINYINT: frozenset(("tinyint", "bool", "boolean")),
+    T.SMALLINT: frozenset(("smallint",)),
+    T.MEDIUMINT: frozenset(("mediumint",)),
+    T.INT: frozenset(("int", "integer")),
+    T.BIGINT: frozenset(("bigint",)),
+    T.DECIMAL: frozenset(("decimal", "numeric", "dec", "fixed")),
+    T.FLOAT: frozenset(("float",)),
+    T.DOUBLE: frozenset(("double", "real", "double precision")),
+    T.BIT: frozenset(("bit",)),
+    T.YEAR: frozenset(("year",)),
+    T.DATE: frozenset(("date",)),
+    T.TIME: frozenset(("time",)),
+    T.DATETIME: frozenset(("datetime",)),
+    T.TIMESTAMP: frozenset(("timestamp",)),
+    T.CHAR: frozenset(("char",)),
+    T.VARCHAR: frozenset(("varchar",)),
+    T.TEXT: frozenset(("tinytext", "text", "mediumtext", "longtext")),
+    T.BINARY: frozenset(("binary",)),
+    T.VARBINARY: frozenset(("varbinary",)),
+    T.BLOB: frozenset(("tinyblob", "blob", "mediumblob", "longblob")),
+}
+_PLAIN_TYPE = re.compile(
+    r"^\s*([a-z]+(?: precision)?)\s*(\(\s*\d+\s*(?:,\s*\d+\s*)?\))?"
+    r"((?:\s+(?:unsigned|signed|zerofill))*)\s*$",
+    re.IGNORECASE,
+)
+_UNBOUNDED = frozenset((T.TEXT, T.BLOB, T.JSON))
+_STRINGS = frozenset((T.CHAR, T.VARCHAR, T.TEXT, T.ENUM, T.SET))
+_NAME = re.compile(r"^[A-Za-z0-9_]+$")
+_NOW = re.compile(r"^(current_timestamp|now|localtimestamp|localtime)\s*(\(\s*\d*\s*\))?$", re.IGNORECASE)
+_NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
+_STRING_LITERAL = re.compile(r"^'(?:[^'\\]|''|\\.)*'$", re.DOTALL)
+_BIT_HEX = re.compile(r"^(?:b'[01]*'|x'[0-9a-f]*'|0x[0-9a-f]+)$", re.IGNORECASE)
+INDEX_PREFIX = 255
+
+
+def quote(name: str) -> str:
+    """A backtick-quoted identifier (for statements run without parameters: ``%`` stays single)."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def table_ref(db: str, table: str) -> str:
+    return f"{quote(db)}.{quote(table)}" if db else quote(table)
+
+
+def string_literal(text: str) -> str:
+    """A SQL string literal (quotes doubled, backslashes escaped: safe under any sql_mode)."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def from_mysql(schema: row_pb2.TableSchema) -> bool:
+    """Whether ``schema`` came from a MySQL upstream (they carry a charset; SQLite ones do not)."""
+    return bool(schema.charset or schema.collation)
+
+
+def indexed_columns(schema: row_pb2.TableSchema) -> set[str]:
+    return {name.lower() for index in schema.indexes for name in index.columns}
+
+
+def column_type(column: row_pb2.Column, mysql_origin: bool, indexed: bool = False) -> str:
+    """The MySQL type of ``column`` (see the module docstring)."""
+    kind = column.type
+    if mysql_origin and column.sql_type and kind in _FAMILY:
+        match = _PLAIN_TYPE.match(column.sql_type)
+        if match and match.group(1).lower() in _FAMILY[kind]:
+            return " ".join(column.sql_type.split())
+    return derived_type(column, indexed and not mysql_origin)
+
+
+def derived_type(column: row_pb2.Column, indexed: bool = False) -> str:
+    """The MySQL type from the structured fields alone."""
+    kind = column.type
+    unsigned = " UNSIGNED" if column.unsigned else ""
+    if kind in _INTS:
+        return _INTS[kind] + unsigned
+    if kind == T.DECIMAL:
+        precision = column.precision or 65
+        scale = column.scale if column.precision else 30
+        return f"DECIMAL({precision},{scale}){unsigned}"
+    if kind == T.FLOAT:
+        return "FLOAT" + unsigned
+    if kind == T.DOUBLE:
+        return "DOUBLE" + unsigned
+    if kind == T.BIT:
+        return f"BIT({column.length or 64})"
+    if kind == T.YEAR:
+        return "YEAR"
+    if kind == T.DATE:
+        return "DATE"
+    if kind in (T.TIME, T.DATETIME, T.TIMESTAMP):
+        name = {T.TIME: "TIME", T.DATETIME: "DATETIME", T.TIMESTAMP: "TIMESTAMP"}[kind]
+        return f"{name}({column.fsp})" if column.fsp else name
+    if kind == T.CHAR:
+        if 0 < column.length <= 255:
+            return f"CHAR({column.length})"
+        return f"VARCHAR({column.length})" if column.length else "CHAR(1)"
+    if kind == T.VARCHAR:
+        if column.length:
+            return f"VARCHAR({column.length})"
+        return "VARCHAR(768)" if indexed else "LONGTEXT"
+    if kind == T.TEXT:
+        return "VARCHAR(768)" if indexed else "LONGTEXT"
+    if kind == T.BINARY:
+        return (
+            f"BINARY({column.length})" if 0 < column.length <= 255 else f"VARBINARY({column.length or 255})"
+        )
+    if kind == T.VARBINARY:
+        if column.length:
+            return f"VARBINARY({column.length})"
+        return "VARBINARY(3072)" if indexed else "LONGBLOB"
+    if kind == T.BLOB:
+        return "VARBINARY(3072)" if indexed else "LONGBLOB"
+    if kind == T.JSON:
+        return "JSON"
+    if kind in (T.ENUM, T.SET):
+        members = ",".join(string_literal(e) for e in column.elems)
+        return f"{'ENUM' if kind == T.ENUM else 'SET'}({members})"
+    raise ValueError(f"column {column.name!r}: type {T.Name(kind)} has no MySQL form")
+
+
+def default_clause(column: row_pb2.Column) -> str:
+    """`` DEFAULT ...`` when the column's default is a literal MySQL can take as written, else ``""``."""
+    if not column.HasField("default_value"):
+        return ""
+    text = column.default_value.strip()
+    if column.type in _UNBOUNDED and text.upper() != "NULL":
+        return ""  # TEXT/BLOB/JSON defaults need MariaDB 10.2+/MySQL 8.0.13 expressions: leave out
+    if text.upper() == "NULL":
+        return " DEFAULT NULL" if column.nullable else ""
+    if _NOW.match(text):
+        if column.type in (T.TIMESTAMP, T.DATETIME):
+            return f" DEFAULT CURRENT_TIMESTAMP{f'({column.fsp})' if column.fsp else ''}"
+        return ""
+    if _NUMBER.match(text) or _BIT_HEX.match(text):
+        return f" DEFAULT {text}"
+    if _STRING_LITERAL.match(text):
+        return f" DEFAULT {text}"
+    log.warning("column %s: DEFAULT %s is not a plain literal; created without it", column.name, text[:80])
+    return ""
+
+
+class MySQLDDL:
+    """Plans the statements of one ``SchemaChange`` for a MySQL-family server.
+
+    ``flavor`` is ``"mariadb"``, ``"mysql"`` or ``"tidb"``: MariaDB accepts
+    ``IF [NOT] EXISTS`` on ALTER clauses and RENAME, the others do not.
+    """
+
+    def __init__(self, flavor: str = "mariadb") -> None:
+        self.flavor = flavor
+
+    @property
+    def guarded(self) -> bool:
+        return self.flavor == "mariadb"
+
+    def column_def(self, column: row_pb2.Column, schema: row_pb2.TableSchema) -> str:
+        mysql_origin = from_mysql(schema)
+        indexed = column.name.lower() in indexed_columns(schema)
+        text = f"{quote(column.name)} {column_type(column, mysql_origin, indexed)}"
+        if column.type in _STRINGS and mysql_origin:
+            if column.charset and _NAME.match(column.charset):
+                text += f" CHARACTER SET {column.charset}"
+            if column.collation and _NAME.match(column.collation):
+                text += f" COLLATE {column.collation}"
+        text += " NULL" if column.nullable else " NOT NULL"
+        text += default_clause(column)
+        if column.auto_increment and indexed:
+            text += " AUTO_INCREMENT"
+        return text
+
+    def index_def(self, index: row_pb2.Index, schema: row_pb2.TableSchema) -> str:
+        by_name = {c.name.lower(): c for c in schema.columns}
+        mysql_origin = from_mysql(schema)
+        parts = []
+        for name in index.columns:
+            column = by_name.get(name.lower())
+            prefix = ""
+            if column is not None and mysql_origin and column.type in (T.TEXT, T.BLOB):
+                prefix = f"({INDEX_PREFIX})"
+            parts.append(quote(column.name if column is not None else name) + prefix)
+        columns = ", ".join(parts)
+        if index.primary:
+            return f"PRIMARY KEY ({columns})"
+        if index.unique:
+            return f"UNIQUE KEY {quote(index.name)} ({columns})"
+        return f"KEY {quote(index.name)} ({columns})"
+
+    def create_table(self, schema: row_pb2.TableSchema) -> str:
+        parts = [self.column_def(c, schema) for c in schema.columns]
+        parts += [self.index_def(i, schema) for i in schema.indexes]
+        options = ""
+        if from_mysql(schema):
+            if schema.charset and _NAME.match(schema.charset):
+                options += f" DEFAULT CHARSET={schema.charset}"
+            if schema.collation and _NAME.match(schema.collation):
+                options += f" COLLATE={schema.collation}"
+        else:
+            options = " DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"
+        ref = table_ref(schema.db, schema.table)
+        return f"CREATE TABLE IF NOT EXISTS {ref} (\n  " + ",\n  ".join(parts) + f"\n){options}"
+
+    def plan(self, change: row_pb2.SchemaChange, old: row_pb2.TableSchema | None) -> list[str]:
+        """The statements of ``change``; ``old`` is the table's schema before it (ALTER needs it)."""
+        kind = change.kind
+        if kind == Change.CREATE_DATABASE:
+            return [f"CREATE DATABASE IF NOT EXISTS {quote(change.db)}"]
+        if kind == Change.DROP_DATABASE:
+            return [f"DROP DATABASE IF EXISTS {quote(change.db)}"]
+        ref = table_ref(change.db, change.table)
+        if kind == Change.CREATE_TABLE:
+            return [
+                f"CREATE DATABASE IF NOT EXISTS {quote(change.db)}",
+                self.create_table(change.table_schema),
+            ]
+        if kind == Change.DROP_TABLE:
+            return [f"DROP TABLE IF EXISTS {ref}"]
+        if kind == Change.TRUNCATE_TABLE:
+            return [f"TRUNCATE TABLE {ref}"]
+        if kind == Change.RENAME_TABLE:
+            guard = " IF EXISTS" if self.guarded else ""
+            old_ref = table_ref(change.old_db, change.old_table)
+            return [
+                f"CREATE DATABASE IF NOT EXISTS {quote(change.db)}",
+                f"RENAME TABLE{guard} {old_ref} TO {ref}",
+            ]
+        if kind == Change.ALTER_TABLE:
+            if old is None:
+                raise ValueError(
+                    f"ALTER TABLE {change.db}.{change.table}: the table's previous schema is unknown"
+                )
+            clauses = self.alter_clauses(old, change.table_schema)
+            return [f"ALTER TABLE {ref} " + ", ".join(clauses)] if clauses else []
+        raise ValueError(f"schema change kind {Change.Kind.Name(kind)} is not supported")
+
+    def alter_clauses(self, old: row_pb2.TableSchema, new: row_pb2.TableSchema) -> list[str]:
+        """The clauses turning ``old`` into ``new``: drop indexes, columns; change; add columns, indexes."""
+        exists = " IF EXISTS" if self.guarded else ""
+        not_exists = " IF NOT EXISTS" if self.guarded else ""
+        old_by_id = {c.id: c for c in old.columns}
+        new_ids = {c.id for c in new.columns}
+        # Index identity includes the column ids, so a renamed column keeps its index.
+        old_keyed = {_index_identity(i, old): i for i in old.indexes}
+        new_keyed = {_index_identity(i, new): i for i in new.indexes}
+        clauses: list[str] = []
+        for identity, index in old_keyed.items():
+            if identity not in new_keyed:
+                if index.primary:
+                    clauses.append("DROP PRIMARY KEY")
+                else:
+                    clauses.append(f"DROP INDEX{exists} {quote(index.name)}")
+        for column in old.columns:
+            if column.id not in new_ids:
+                clauses.append(f"DROP COLUMN{exists} {quote(column.name)}")
+        previous = ""
+        for column in new.columns:
+            before = old_by_id.get(column.id)
+            definition = self.column_def(column, new)
+            if before is None:
+                place = f" AFTER {quote(previous)}" if previous else " FIRST"
+                clauses.append(f"ADD COLUMN{not_exists} {definition}{place}")
+            elif (
+                before.name != column.name
+                or self.column_def(_renamed(before, column.name), new) != definition
+            ):
+                clauses.append(f"CHANGE COLUMN{exists} {quote(before.name)} {definition}")
+            previous = column.name
+        for identity, index in new_keyed.items():
+            if identity not in old_keyed:
+                if index.primary:
+                    clauses.append(f"ADD {self.index_def(index, new)}")
+                else:
+                    definition = self.index_def(index, new)
+                    head, _, rest = definition.partition("KEY ")
+                    clauses.append(f"ADD {head}KEY{not_exists} {rest}")
+        return clauses
+
+
+def _renamed(column: row_pb2.Column, name: str) -> row_pb2.Column:
+    copy = row_pb2.Column()
+    copy.CopyFrom(column)
+    copy.name = name
+    return copy
+
+
+def _index_identity(index: row_pb2.Index, schema: row_pb2.TableSchema) -> tuple[object, ...]:
+    ids = {c.name.lower(): c.id for c in schema.columns}
+    columns: Sequence[object] = tuple(ids.get(n.lower(), n.lower()) for n in index.columns)
+    name = "" if index.primary else index.name.lower()
+    return (index.primary, index.unique, name, *columns)
