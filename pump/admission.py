@@ -5,13 +5,18 @@ state         Prewrites    Commits/Rollbacks   pulls  registry NodeState
 ============  ===========  ==================  =====  ===================
 joining       no           no                  yes    PAUSED
 online        yes [1]_     yes                 yes    ONLINE
-pausing       no           no (in-flight end)  yes    PAUSING
-paused        no           no                  yes    PAUSED
+pausing       no           yes                 yes    PAUSING
+paused        no           yes                 yes    PAUSED
 closing       no           yes                 yes    CLOSING
 offline       no           no                  yes    OFFLINE
 ============  ===========  ==================  =====  ===================
 
 .. [1] unless the disk guard stops them (:mod:`pump.health`).
+
+A paused pump (like a closing one) still takes the Commits and Rollbacks of
+Prewrites it holds: refusing them would leave those Prewrites unpaired, and an
+unpaired Prewrite holds the pump's watermark, and with it every drainer's
+merge, until ``max-txn-timeout`` resolves it (ten minutes by default).
 
 Fake binlogs (watermarks) are not producer writes and are not gated: a pump
 keeps writing them in every state but offline, so drainers never stall on it.
@@ -91,10 +96,15 @@ class WriteGate:
                     f"{who} is closing: it takes no new Prewrites, only Commits/Rollbacks of Prewrites it has"
                 )
             return ""
+        if state in (PumpState.PAUSING, PumpState.PAUSED):
+            if prewrite:
+                return (
+                    f"{who} is paused: it takes no new Prewrites until resumed, "
+                    "only Commits/Rollbacks of Prewrites it has"
+                )
+            return ""
         if state is PumpState.JOINING:
             return f"{who} is joining: it takes writes once every drainer has acknowledged it"
-        if state in (PumpState.PAUSING, PumpState.PAUSED):
-            return f"{who} is paused: it takes no writes until resumed"
         return f"{who} is offline"
 
     def enter(self, prewrite: bool) -> str:

@@ -3,7 +3,7 @@
 States (the registry shows the NodeState in brackets)::
 
     joining [PAUSED] --all drainers acknowledged Notify--> online [ONLINE]
-    online  --pause--> pausing [PAUSING] --in-flight writes done--> paused [PAUSED]
+    online  --pause--> pausing [PAUSING] --in-flight Prewrites done--> paused [PAUSED]
     pausing/paused --resume--> online
     online/pausing/paused --close--> closing [CLOSING] --> offline [OFFLINE]
 
@@ -259,13 +259,17 @@ class PumpNode:
             metrics.STATE.labels(each.value).set(1 if each is state else 0)
 
     async def pause(self) -> None:
-        """online -> pausing -> paused; returns once paused (in-flight writes done)."""
+        """online -> pausing -> paused; returns once paused (in-flight Prewrites done).
+
+        Commits and Rollbacks keep being taken (:mod:`pump.admission`), so there is
+        no waiting for them.
+        """
         if self.state is PumpState.ONLINE:
             self._set_state(PumpState.PAUSING)
             await self._heartbeat_now()
         elif self.state not in (PumpState.PAUSING, PumpState.PAUSED):
             raise StateError(f"cannot pause pump {self.node_id}: it is {self.state.value}")
-        await self.writes.wait_idle(True, False)
+        await self.writes.wait_idle(True)
         if self.state is PumpState.PAUSING:
             self._set_state(PumpState.PAUSED)
             await self._heartbeat_now()

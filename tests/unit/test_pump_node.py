@@ -203,7 +203,7 @@ def test_disk_guard_refuses_prewrites_only() -> None:
     run(scenario)
 
 
-def test_pause_waits_for_in_flight_writes_and_resume_reopens() -> None:
+def test_pause_waits_for_in_flight_prewrites_and_resume_reopens() -> None:
     registry, storage = MemoryRegistry(), MemoryStorage()
 
     async def scenario() -> None:
@@ -213,11 +213,15 @@ def test_pause_waits_for_in_flight_writes_and_resume_reopens() -> None:
             assert node.enter_write(True) == ""
             pausing = asyncio.create_task(node.pause())
             await until(lambda: node.state is PumpState.PAUSING)
-            assert "is paused" in node.write_refusal(False)
+            assert "is paused" in node.write_refusal(True)
+            assert node.write_refusal(False) == ""  # the Commit of a Prewrite it holds
+            assert node.enter_write(False) == ""
             assert not pausing.done()
             node.exit_write(True)
-            await pausing
+            await pausing  # the Commit still in flight does not hold the pause
             assert node.state is PumpState.PAUSED
+            node.exit_write(False)
+            assert "is paused" in node.write_refusal(True) and node.write_refusal(False) == ""
             await node.pause()  # again: harmless
             await node.resume()
             assert node.state is PumpState.ONLINE and node.accepts_prewrite()
