@@ -81,12 +81,19 @@ meta = "{meta}"
 data-dir = "{data_dir}"
 status-addr = "127.0.0.1:0"
 initial-commit-ts = 0
-flush-interval = "100ms"
+flush-interval = "{flush_interval}"
 checkpoint-interval = "100ms"
 resolved-interval = "100ms"
 [sink]
-type = "file"
-"""
+{sink}"""
+
+
+def drainer_toml(
+    meta: str, data_dir: Path, sink: str = 'type = "file"\n', flush_interval: str = "100ms"
+) -> str:
+    """The benchmarks' drainer config: catch up from commit_ts 0, checkpoints every 100 ms;
+    ``sink`` is the body of the ``[sink]`` table."""
+    return DRAINER_TOML.format(meta=meta, data_dir=data_dir, sink=sink, flush_interval=flush_interval)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -256,21 +263,31 @@ def fetch_status(status_addr: str) -> dict[str, Any]:
         return dict(json.loads(reply.read()))
 
 
+async def wait_checkpoint(drainer: Child, last_ts: int, timeout: float) -> None:
+    """Poll the drainer child's ``/status`` (every 50 ms) until its checkpoint reaches ``last_ts``;
+    fails when it dies, reports a halt or takes longer than ``timeout`` from its ready line."""
+    status_addr = drainer.match.group(1)
+    deadline = drainer.ready_at + timeout
+    checkpoint = 0
+    while checkpoint < last_ts:
+        drainer.check_alive("binlog-bridge drainer")
+        if time.perf_counter() > deadline:
+            raise RuntimeError(f"drainer checkpoint at {checkpoint} after {timeout}s, not {last_ts}")
+        await asyncio.sleep(0.05)
+        with contextlib.suppress(OSError):
+            status = await asyncio.to_thread(fetch_status, status_addr)
+            halted = (status.get("errors") or {}).get("halted")
+            if halted:
+                raise RuntimeError(f"the drainer halted replication: {halted}")
+            checkpoint = int(status.get("checkpoint_ts") or 0)
+
+
 async def measure_drainer(tmp: Path, meta_addr: str, last_ts: int, args: argparse.Namespace) -> float:
     """Rows/s of a drainer catching up from its ready line to a checkpoint at ``last_ts``."""
     config = tmp / "drainer.toml"
-    config.write_text(DRAINER_TOML.format(meta=meta_addr, data_dir=tmp / "drainer"))
+    config.write_text(drainer_toml(meta_addr, tmp / "drainer"))
     async with spawn(["drainer", "--config", str(config)], DRAINER_READY, "drainer") as drainer:
-        status_addr = drainer.match.group(1)
-        deadline = drainer.ready_at + args.timeout
-        checkpoint = 0
-        while checkpoint < last_ts:
-            drainer.check_alive("binlog-bridge drainer")
-            if time.perf_counter() > deadline:
-                raise RuntimeError(f"drainer checkpoint at {checkpoint} after {args.timeout}s, not {last_ts}")
-            await asyncio.sleep(0.05)
-            with contextlib.suppress(OSError):
-                checkpoint = int((await asyncio.to_thread(fetch_status, status_addr))["checkpoint_ts"])
+        await wait_checkpoint(drainer, last_ts, args.timeout)
         elapsed = time.perf_counter() - drainer.ready_at
     rate: float = args.rows / elapsed
     progress(f"drainer: {args.rows:,} rows in {elapsed:.2f}s = {rate:,.0f} rows/s")

@@ -63,11 +63,12 @@ from bench.cpu import CpuMeter, listener_pid
 from bench.drainer import (
     DRAINER_READY,
     PUMPS,
-    fetch_status,
+    drainer_toml,
     row_values,
     spawn,
     start_cluster,
     table_schema,
+    wait_checkpoint,
     write_txn,
 )
 from bench.pump import TsoBatcher
@@ -88,17 +89,7 @@ CREATE_COLUMNS = (
     "`weight` DOUBLE NULL, `sku` VARCHAR(64) NULL, `created` DATETIME(6) NULL, `flag` TINYINT NULL, "
     "`note` TEXT NULL"
 )
-DRAINER_TOML = """\
-addr = "127.0.0.1:0"
-node-id = "bench-drainer"
-meta = "{meta}"
-data-dir = "{data_dir}"
-status-addr = "127.0.0.1:0"
-initial-commit-ts = 0
-flush-interval = "{flush_interval}"
-checkpoint-interval = "100ms"
-resolved-interval = "100ms"
-[sink]
+MYSQL_SINK_TOML = """\
 type = "mysql"
 [sink.mysql]
 dsn = "{dsn}"
@@ -330,38 +321,21 @@ async def measure_drainer(
     the seconds it took, the CPU the drainer, the pumps and the server spent meanwhile)."""
     meta_addr, pump_addrs = cluster
     config = tmp / "drainer.toml"
-    config.write_text(
-        DRAINER_TOML.format(
-            meta=meta_addr,
-            data_dir=tmp / "drainer",
-            dsn=dsn_text(dsn),
-            worker_count=args.worker_count,
-            flush_interval=f"{args.flush_interval:g}s",
-            batch_rows=args.batch_rows,
-            txn_rows=args.txn_rows,
-            safe_mode=str(args.safe_mode).lower(),
-            safe_mode_duration=f"{args.safe_mode_duration:g}",
-            database=database,  # the sink's progress table goes into the run's database
-        )
+    sink = MYSQL_SINK_TOML.format(
+        dsn=dsn_text(dsn),
+        worker_count=args.worker_count,
+        batch_rows=args.batch_rows,
+        txn_rows=args.txn_rows,
+        safe_mode=str(args.safe_mode).lower(),
+        safe_mode_duration=f"{args.safe_mode_duration:g}",
+        database=database,  # the sink's progress table goes into the run's database
     )
+    config.write_text(drainer_toml(meta_addr, tmp / "drainer", sink, f"{args.flush_interval:g}s"))
     async with spawn(["drainer", "--config", str(config)], DRAINER_READY, "drainer") as drainer:
-        status_addr = drainer.match.group(1)
         pumps = [listener_pid(int(addr.rpartition(":")[2])) for addr in pump_addrs]
         cpu = CpuMeter({"drainer": [drainer.proc.pid], "pumps": pumps, "server": [server_pid(dsn)]})
         cpu.start()
-        deadline = drainer.ready_at + args.timeout
-        checkpoint = 0
-        while checkpoint < last_ts:
-            drainer.check_alive("binlog-bridge drainer")
-            if time.perf_counter() > deadline:
-                raise RuntimeError(f"drainer checkpoint at {checkpoint} after {args.timeout}s, not {last_ts}")
-            await asyncio.sleep(0.05)
-            with contextlib.suppress(OSError):
-                status = await asyncio.to_thread(fetch_status, status_addr)
-                halted = (status.get("errors") or {}).get("halted")
-                if halted:
-                    raise RuntimeError(f"the drainer halted replication: {halted}")
-                checkpoint = int(status.get("checkpoint_ts") or 0)
+        await wait_checkpoint(drainer, last_ts, args.timeout)
         elapsed = time.perf_counter() - drainer.ready_at
         cpu.stop()
     rate = args.rows / elapsed
