@@ -45,7 +45,20 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument(
         "--from-beginning", action="store_true", help="print from the start of each partition (default: new)"
     )
+    parser.add_argument(
+        "--consumer-config",
+        default=None,
+        metavar="FILE",
+        help="librdkafka settings, key=value a line (security.protocol, sasl.*, ssl.*; ${VAR} reads the "
+        "environment)",
+    )
     parser.add_argument("--schema-registry-url", default=None, metavar="URL", help="registry encoding")
+    parser.add_argument(
+        "--schema-registry-config",
+        default=None,
+        metavar="FILE",
+        help="SchemaRegistryClient settings, key=value a line (basic.auth.user.info, ssl.ca.location, ...)",
+    )
     parser.add_argument("--apply", default=None, metavar="DSN", help="apply to this SQL database")
     parser.add_argument(
         "--until-ts", type=int, default=None, metavar="TS", help="stop once everything <= TS is complete"
@@ -98,8 +111,13 @@ def check(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from bridge.consume.runner import Limits, run_apply, run_print
+    from bridge.consume.settings import consumer_settings, registry_settings
 
     check(args)
+    if args.schema_registry_config is not None and not args.schema_registry_url:
+        raise UserError("--schema-registry-config needs --schema-registry-url")
+    client_settings = consumer_settings(args.consumer_config)
+    schema_registry = registry_settings(args.schema_registry_config)
     limits = Limits(args.until_ts, args.idle_timeout, args.max_messages)
     applier = None
     if args.apply is not None:
@@ -118,6 +136,8 @@ def run(args: argparse.Namespace) -> int:
         from_beginning=args.from_beginning or applier is not None,
         decode_keys=applier is None,
         schema_wait=args.schema_wait,
+        consumer_settings=client_settings,
+        registry_settings=schema_registry,
     )
     try:
         if applier is None:

@@ -99,19 +99,32 @@ def _headers(message: Message) -> dict[str, str]:
     return out
 
 
+def new_consumer(config: dict[str, Any]) -> Consumer:
+    """A ``Consumer``; settings librdkafka refuses (a misspelt or misvalued ``--consumer-config``
+    entry) become a :class:`UserError` with librdkafka's reason."""
+    try:
+        return Consumer(config)
+    except (KafkaException, ValueError, TypeError) as exc:
+        reason = exc.args[0].str() if exc.args and isinstance(exc.args[0], KafkaError) else str(exc)
+        raise UserError(f"kafka consumer settings (--consumer-config): {reason}") from None
+
+
 class SchemaTopic:
     """The writer schemas of single-object encoding, read from the compacted schemas topic."""
 
-    def __init__(self, bootstrap: str, topic: str, wait: float) -> None:
+    def __init__(
+        self, bootstrap: str, topic: str, wait: float, settings: dict[str, Any] | None = None
+    ) -> None:
         self.topic = topic
         self.wait = wait
         self.schemas: dict[int, str] = {}
         self._consumer: Consumer | None = None
         self._bootstrap = bootstrap
+        self._settings = settings or {}
 
     def _start(self) -> Consumer:
         if self._consumer is None:
-            self._consumer = Consumer(consumer_config(self._bootstrap))
+            self._consumer = new_consumer(consumer_config(self._bootstrap, self._settings))
             self._consumer.assign([KafkaPartition(self.topic, 0, OFFSET_BEGINNING)])
         return self._consumer
 
@@ -169,6 +182,7 @@ class ChangeReader:
         refresh_interval: float = 5.0,
         on_assign: Callable[[str, list[int]], None] | None = None,
         consumer_settings: dict[str, Any] | None = None,
+        registry_settings: dict[str, Any] | None = None,
     ) -> None:
         if not topics and not prefix:
             raise UserError("give --topic (one or more) or --prefix")
@@ -191,26 +205,31 @@ class ChangeReader:
         self._last_refresh = 0.0
         self._listed = False  # a metadata listing succeeded once
         self._schema_topic: SchemaTopic | None = None
-        self._decoder = self._build_decoder(registry_url, schema_wait)
-        self._consumer = Consumer(
-            consumer_config(bootstrap, {"error_cb": self._on_error, **(consumer_settings or {})})
+        self._settings = dict(consumer_settings or {})
+        self._decoder = self._build_decoder(registry_url, schema_wait, registry_settings or {})
+        self._consumer = new_consumer(
+            consumer_config(bootstrap, {"error_cb": self._on_error, **self._settings})
         )
 
     # ------------------------------------------------------------ set-up
 
-    def _build_decoder(self, registry_url: str | None, schema_wait: float) -> Any:
+    def _build_decoder(
+        self, registry_url: str | None, schema_wait: float, registry_settings: dict[str, Any]
+    ) -> Any:
         from bridge.avro import Decoder
 
         if registry_url:
             # the sink's client factory: a mock:// URL names one registry shared in this process
-            from drainer.sinks.kafka import schema_registry_client
+            from drainer.sinks.kafka import redact_url, schema_registry_client
 
             try:
-                registry = schema_registry_client(registry_url)
+                registry = schema_registry_client(registry_url, registry_settings)
             except (ValueError, TypeError) as exc:
-                raise UserError(f"--schema-registry-url: {exc}") from None
+                raise UserError(
+                    f"--schema-registry-url {redact_url(registry_url)} (and --schema-registry-config): {exc}"
+                ) from None
             return Decoder(registry, {})
-        self._schema_topic = SchemaTopic(self.bootstrap, self.schemas_topic, schema_wait)
+        self._schema_topic = SchemaTopic(self.bootstrap, self.schemas_topic, schema_wait, self._settings)
         return Decoder(None, self._schema_topic.lookup)
 
     def _on_error(self, error: KafkaError) -> None:

@@ -217,6 +217,33 @@ def test_unreachable_broker_and_bad_dsn_are_one_line_errors(tmp_path: Path) -> N
     assert "127.0.0.1:1" in down.stderr and "Traceback" not in down.stderr, down.stderr
 
 
+def test_a_consumer_config_file_reaches_librdkafka_and_a_bad_one_is_a_one_line_error(
+    written: ContractWriter, kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    config = tmp_path / "consumer.properties"
+    config.write_text(
+        "# as for kafka-console-consumer --consumer.config\nclient.id=${CONSUME_CLIENT_ID}\ndebug=metadata\n"
+    )
+    argv = [
+        sys.executable, "-m", "bridge.cli", "--log-level", "debug", "consume",
+        "--bootstrap-servers", kafka_bootstrap, "--topic", written.topic, "--from-beginning",
+        "--until-ts", "170", "--idle-timeout", "30", "--consumer-config", str(config),
+    ]  # fmt: skip
+    env = {**os.environ, "CONSUME_CLIENT_ID": "consume-settings-test"}
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=HANG_GUARD, check=False, env=env)
+    assert result.returncode == 0, result.stderr
+    assert len([line for line in result.stdout.splitlines() if '"op"' in line]) == 26
+    # librdkafka's debug lines (shown at --log-level debug) name the client by its client.id
+    assert "consume-settings-test" in result.stderr, result.stderr[-2000:]
+
+    config.write_text("no.such.librdkafka.setting=1\n")
+    bad = consume(
+        "--bootstrap-servers", kafka_bootstrap, "--topic", written.topic, "--consumer-config", str(config)
+    )
+    assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0, bad.stderr
+    assert "--consumer-config" in bad.stderr and "no.such.librdkafka.setting" in bad.stderr, bad.stderr
+
+
 @pytest.mark.mysql
 def test_apply_to_mysql_through_the_mysql_sink(kafka_bootstrap: str, unique_name: str) -> None:
     server = parse_dsn(os.environ.get("BRIDGE_TEST_MYSQL_DSN", "mysql://root@127.0.0.1:3306/"), key="dsn")
