@@ -254,9 +254,7 @@ def _timestamp_problem(binlog: binlog_pb2.Binlog, tp: int) -> str | None:
 def _ddl_problem(binlog: binlog_pb2.Binlog, tp: int) -> str | None:
     if binlog.ddl_job_id < 0:
         return f"ddl_job_id must be positive, got {binlog.ddl_job_id}"
-    needs_query = tp in (PRE_DDL, POST_DDL) or (
-        tp == PREWRITE and binlog.ddl_job_id > 0
-    )
+    needs_query = tp in (PRE_DDL, POST_DDL) or (tp == PREWRITE and binlog.ddl_job_id > 0)
     if needs_query and (binlog.ddl_job_id <= 0 or not binlog.ddl_query):
         return f"a DDL {BinlogType.Name(tp)} needs ddl_job_id > 0 and ddl_query"
     return None
