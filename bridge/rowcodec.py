@@ -66,6 +66,7 @@ class RowCodec:
         "_names",
         "_nullable",
         "_position",
+        "_scalar",
         "_table",
         "schema",
     )
@@ -79,6 +80,11 @@ class RowCodec:
         plans = [plan_column(self._table, c) for c in columns]
         self._encoders = tuple(p.encode for p in plans)
         self._kinds = tuple(p.kind for p in plans)
+        # a scalar field that is not set reads as its default, which is falsy: a truthy read
+        # proves the oneof holds that field (decode's fast path); message fields always read truthy
+        self._scalar = tuple(
+            row_pb2.Datum.DESCRIPTOR.fields_by_name[p.kind].message_type is None for p in plans
+        )
         self._converters = tuple(p.decode for p in plans)
         self._labels = tuple(p.label for p in plans)
         self._nullable = tuple(c.nullable for c in columns)
@@ -156,9 +162,14 @@ class RowCodec:
         append = out.append
         label = ""
         try:
-            for datum, kind, convert, nullable, label in zip(
-                datums, self._kinds, self._converters, self._nullable, self._labels, strict=True
+            for datum, kind, scalar, convert, nullable, label in zip(
+                datums, self._kinds, self._scalar, self._converters, self._nullable, self._labels, strict=True
             ):
+                if scalar:
+                    value = getattr(datum, kind)
+                    if value:
+                        append(value if convert is None else convert(value))
+                        continue
                 got = datum.WhichOneof("value")
                 if got == kind:
                     value = getattr(datum, kind)

@@ -536,3 +536,26 @@ def test_decode_reads_ids_however_they_are_encoded() -> None:
     assert codec.decode(b"\x08\x01" + value) == (5,)  # column_ids unpacked: still id 1
     with pytest.raises(ProtocolError, match="row has 1 values for 2 ids"):
         codec.decode(codec.encode([5]) + b"\x0a\x01\x02")  # a second packed run appends id 2
+
+
+@pytest.mark.parametrize(
+    ("type_", "datum", "expected"),
+    [
+        (T.BIGINT, row_pb2.Datum(int_value=0), 0),  # a falsy value leaves decode's fast path
+        (T.DOUBLE, row_pb2.Datum(double_value=-0.0), -0.0),
+        (T.VARCHAR, row_pb2.Datum(string_value=""), ""),
+        (T.BIGINT, row_pb2.Datum(is_null=True), None),
+    ],
+)
+def test_falsy_values_and_null_decode_exactly(type_: int, datum: row_pb2.Datum, expected: object) -> None:
+    (got,) = codec_for(type_).decode(bad_row([1], [datum]))
+    assert got == expected and type(got) is type(expected)
+
+
+@pytest.mark.parametrize(
+    ("datum", "found"),
+    [(row_pb2.Datum(), "no value"), (row_pb2.Datum(int_value=20200101), "int_value")],
+)
+def test_a_message_typed_column_checks_which_field_is_set(datum: row_pb2.Datum, found: str) -> None:
+    with pytest.raises(ProtocolError, match=f"expected datetime_value.*found {found}"):
+        codec_for(T.DATE).decode(bad_row([1], [datum]))
