@@ -490,8 +490,11 @@ class KafkaSink:
         batch = self._begin(event.commit_ts)
         try:
             ts_ms = physical_ms(event.commit_ts)
+            schema = None
             for pos, (change, last) in enumerate(_with_last(event.changes())):
-                batch.table = table_name(change.table)
+                if change.table is not schema:
+                    schema = change.table
+                    batch.table = table_name(schema)
                 self._write_change(event, change, pos, last, ts_ms)
         except BaseException as exc:
             self._tracker.abort(batch, f"producing the transaction was cut short: {exc}")
@@ -538,7 +541,8 @@ class KafkaSink:
             }
             value = self._oversize(topic, schema, event.commit_ts, change.kind, size, key, key_only)
             headers.append(("bridge.oversize", b"1"))
-        self._produce(topic, partition, key, value, headers, "row")
+            size = _size(key, value, headers)
+        self._produce(topic, partition, key, value, headers, "row", size)
         if not self.config.tombstones or key is None:
             return
         if change.kind == "delete":
@@ -728,11 +732,21 @@ class KafkaSink:
         return self._batch
 
     def _produce(
-        self, topic: str, partition: int, key: bytes | None, value: bytes | None, headers: Headers, kind: str
+        self,
+        topic: str,
+        partition: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Headers,
+        kind: str,
+        size: int = -1,
     ) -> None:
+        """Produce one message of the batch at hand; ``size``: its :func:`_size`, if known."""
         batch = self._batch
         assert batch is not None
-        report = functools.partial(self._later, self._on_delivery, batch, kind, _size(key, value, headers))
+        if size < 0:
+            size = _size(key, value, headers)
+        report = functools.partial(self._later, self._on_delivery, batch, kind, size)
         self._send(topic, partition, key, value, headers, report, batch)
         self._tracker.sent(batch)
 
@@ -1014,7 +1028,11 @@ class KafkaSink:
 
 
 def _size(key: bytes | None, value: bytes | None, headers: Headers) -> int:
-    return len(key or b"") + len(value or b"") + sum(len(k) + len(v or b"") for k, v in headers)
+    """The bytes of a message as ``max-message-bytes`` counts them: key, value, header names and values."""
+    size = (0 if key is None else len(key)) + (0 if value is None else len(value))
+    for name, data in headers:
+        size += len(name) + (0 if data is None else len(data))
+    return size
 
 
 def _article(word: str) -> str:
