@@ -206,6 +206,7 @@ class ChangeReader:
         self._listed = False  # a metadata listing succeeded once
         self._schema_topic: SchemaTopic | None = None
         self._settings = dict(consumer_settings or {})
+        self._errors: list[KafkaError] = []  # reported by librdkafka, not logged yet
         self._decoder = self._build_decoder(registry_url, schema_wait, registry_settings or {})
         self._consumer = new_consumer(
             consumer_config(bootstrap, {"error_cb": self._on_error, **self._settings})
@@ -233,11 +234,19 @@ class ChangeReader:
         return Decoder(None, self._schema_topic.lookup)
 
     def _on_error(self, error: KafkaError) -> None:
-        self.broker_errors += 1
-        if error.code() == KafkaError._ALL_BROKERS_DOWN:
-            log.warning("consume: no broker of %s answers; retrying", self.bootstrap)
-        else:
-            log.debug("consume: kafka: %s", error)
+        # Runs inside librdkafka's callback: only note it (no logging, no locks; confluent-kafka may
+        # raise a fatal error while a callback runs, as the kafka sink found); reported after the call.
+        self._errors.append(error)
+
+    def _report_errors(self) -> None:
+        """Log the errors librdkafka reported during the last consumer call."""
+        errors, self._errors = self._errors, []
+        for error in errors:
+            self.broker_errors += 1
+            if error.code() == KafkaError._ALL_BROKERS_DOWN:
+                log.warning("consume: no broker of %s answers; retrying", self.bootstrap)
+            else:
+                log.debug("consume: kafka: %s", error)
 
     def close(self) -> None:
         self._consumer.close()
@@ -272,6 +281,7 @@ class ChangeReader:
         try:
             metadata = self._consumer.list_topics(timeout=METADATA_TIMEOUT)
         except KafkaException as exc:
+            self._report_errors()
             error = exc.args[0] if exc.args else exc
             text = error.str() if isinstance(error, KafkaError) else str(error)
             if not self._listed:  # at start: the brokers are wrong or down, say so and stop
@@ -280,6 +290,7 @@ class ChangeReader:
                 ) from None
             log.warning("consume: cannot list topics (%s); reading on, trying again later", text)
             return []
+        self._report_errors()
         first_listing, self._listed = not self._listed, True
         new: list[str] = []
         partitions: list[KafkaPartition] = []
@@ -326,7 +337,9 @@ class ChangeReader:
     def poll(self, timeout: float, limit: int = 1000) -> list[Item]:
         """Up to ``limit`` decoded messages, waiting at most ``timeout`` seconds for the first."""
         items: list[Item] = []
-        for message in self._consumer.consume(limit, timeout):
+        messages = self._consumer.consume(limit, timeout)
+        self._report_errors()
+        for message in messages:
             error = message.error()
             if error is not None:
                 if error.code() == KafkaError._PARTITION_EOF:

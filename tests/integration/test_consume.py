@@ -9,6 +9,7 @@ its own; the end-to-end tests (tests/e2e/test_kafka_e2e.py) run it behind the re
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sqlite3
 import subprocess
@@ -215,6 +216,23 @@ def test_unreachable_broker_and_bad_dsn_are_one_line_errors(tmp_path: Path) -> N
     )
     assert down.returncode == 2, down.stderr
     assert "127.0.0.1:1" in down.stderr and "Traceback" not in down.stderr, down.stderr
+
+
+def test_broker_errors_reported_during_a_poll_are_logged_after_it(caplog: pytest.LogCaptureFixture) -> None:
+    """librdkafka's error callback only queues the error; the reader logs it once the call returned."""
+    from bridge.consume.reader import ChangeReader
+
+    reader = ChangeReader("127.0.0.1:1", topics=["nothing.here"], registry_url="mock://consume-errors")
+    try:
+        with caplog.at_level(logging.WARNING, logger="bridge.consume.reader"):
+            for _ in range(20):  # nothing listens on port 1: the consumer soon says all brokers are down
+                assert reader.poll(0.5) == []
+                if reader.broker_errors:
+                    break
+        assert reader.broker_errors >= 1
+        assert "no broker of 127.0.0.1:1 answers; retrying" in caplog.text
+    finally:
+        reader.close()
 
 
 def test_a_consumer_config_file_reaches_librdkafka_and_a_bad_one_is_a_one_line_error(
