@@ -35,6 +35,7 @@ Metrics: :mod:`drainer.sinks.kafka_metrics`.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -487,8 +488,7 @@ class KafkaSink:
     # -- transactions -------------------------------------------------------
 
     def _write_txn(self, event: TxnEvent) -> None:
-        batch = self._begin(event.commit_ts)
-        try:
+        with self._batch_of(event.commit_ts, "transaction") as batch:
             ts_ms = physical_ms(event.commit_ts)
             schema = None
             for pos, (change, last) in enumerate(_with_last(event.changes())):
@@ -496,12 +496,6 @@ class KafkaSink:
                     schema = change.table
                     batch.table = table_name(schema)
                 self._write_change(event, change, pos, last, ts_ms)
-        except BaseException as exc:
-            self._tracker.abort(batch, f"producing the transaction was cut short: {exc}")
-            raise
-        finally:
-            self._batch = None
-        self._tracker.close(batch)
 
     def _write_change(self, event: TxnEvent, change: RowChange, pos: int, last: bool, ts_ms: int) -> None:
         schema = change.table
@@ -596,9 +590,8 @@ class KafkaSink:
     def _write_ddl(self, event: DDLEvent) -> None:
         change = event.change
         where = f"{change.db}.{change.table}" if change.table else change.db
-        batch = self._begin(event.commit_ts)
-        batch.table = where
-        try:
+        with self._batch_of(event.commit_ts, "DDL event") as batch:
+            batch.table = where
             topic = ""
             if change.kind in (
                 Change.CREATE_TABLE,
@@ -629,12 +622,6 @@ class KafkaSink:
                 )
             self._admin.ensure({self.names.ddl: TopicSpec(1, self.config.replication_factor)})
             self._produce(self.names.ddl, 0, None, value, headers, "ddl")
-        except BaseException as exc:
-            self._tracker.abort(batch, f"producing the DDL event was cut short: {exc}")
-            raise
-        finally:
-            self._batch = None
-        self._tracker.close(batch)
         self._follow(change)
         log.info("kafka sink: DDL at commit_ts %d published: %s", event.commit_ts, event.query[:200])
 
@@ -727,9 +714,19 @@ class KafkaSink:
 
     # -- producing --------------------------------------------------------------
 
-    def _begin(self, commit_ts: int) -> Batch:
-        self._batch = self._tracker.begin(commit_ts)
-        return self._batch
+    @contextlib.contextmanager
+    def _batch_of(self, commit_ts: int, what: str) -> Iterator[Batch]:
+        """The messages produced inside form one batch of the delivery tracker (the checkpoint waits
+        for all of them); an exception aborts it, naming ``what`` was being produced."""
+        batch = self._batch = self._tracker.begin(commit_ts)
+        try:
+            yield batch
+        except BaseException as exc:
+            self._tracker.abort(batch, f"producing the {what} was cut short: {exc}")
+            raise
+        finally:
+            self._batch = None
+        self._tracker.close(batch)
 
     def _produce(
         self,
