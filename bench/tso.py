@@ -21,9 +21,9 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+from bridge.apps.meta.local_store import LocalStore
+from bridge.apps.meta.oracle import TimestampOracle
 from bridge.meta.client import MetaClient
-from bridge.meta.local_store import LocalStore
-from bridge.meta.oracle import TimestampOracle
 
 READY = re.compile(r"meta ready: addr=(\S+)")
 

@@ -34,7 +34,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from bridge.errors import BridgeError, MetaError
-from bridge.meta.store import STATE_NAMES
+from bridge.meta.nodes import STATE_NAMES
 from bridge.proto import meta_pb2
 from drainer import metrics
 from drainer.merger import MergeFeed

@@ -28,7 +28,7 @@ OUTPUT = ROOT / "docs" / "configuration.md"
 SECTIONS: list[tuple[str, str, str, str]] = [
     (
         "binlog-bridge meta",
-        "bridge.meta.config:MetaConfig",
+        "bridge.apps.meta.config:MetaConfig",
         "`binlog-bridge meta --config meta.toml`; flags override the file",
         "The timestamp oracle and node registry. Example: [examples/meta.toml](examples/meta.toml), "
         "[examples/meta-etcd.toml](examples/meta-etcd.toml).",

@@ -11,9 +11,8 @@ from typing import Any
 from bridge.cli.nodectl import STATE_ACTIONS, find_node, post_state
 from bridge.errors import UserError
 from bridge.grpcutil import SecurityConfig
-from bridge.meta.client import MetaClient
-from bridge.meta.config import DEFAULT_ADDR
-from bridge.meta.store import KIND_NAMES, STATE_NAMES
+from bridge.meta.client import DEFAULT_ADDR, MetaClient
+from bridge.meta.nodes import KIND_NAMES, STATE_NAMES
 from bridge.proto import meta_pb2
 from bridge.tso import to_datetime
 

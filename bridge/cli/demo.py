@@ -48,8 +48,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bridge.demo.errors import DemoError, Interrupted
-    from bridge.demo.runner import DemoOptions, run_demo
+    from bridge.apps.demo.errors import DemoError, Interrupted
+    from bridge.apps.demo.runner import DemoOptions, run_demo
 
     if args.seconds <= 0:
         raise UserError(f"--seconds: expected a positive number, got {args.seconds:g}")

@@ -38,7 +38,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bridge.diff import diff
+    from bridge.apps.diff import diff
     from bridge.errors import UserError
 
     if args.chunk_size < 1:

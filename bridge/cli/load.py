@@ -18,10 +18,10 @@ import sys
 import threading
 from typing import Any
 
+from bridge.apps.load.options import LoadOptions, parse_mix
+from bridge.apps.load.runner import LoadRunner, create_schema
+from bridge.apps.load.stats import Progress, Stats, summary
 from bridge.errors import BridgeError
-from bridge.load.options import LoadOptions, parse_mix
-from bridge.load.runner import LoadRunner, create_schema
-from bridge.load.stats import Progress, Stats, summary
 from bridge.producer.dsn import PASSWORD_ENV, parse_dsn
 from bridge.producer.upstream import open_upstream
 from bridge.producer.writer import TxnWriter

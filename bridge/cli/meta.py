@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from bridge.apps.meta.config import MetaConfig
+from bridge.apps.meta.server import MetaServer
 from bridge.config import describe, load
-from bridge.meta.config import MetaConfig
-from bridge.meta.server import MetaServer
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from typing import Any
 from bridge.errors import UserError
 from bridge.grpcutil import SecurityConfig
 from bridge.meta.client import MetaClient
-from bridge.meta.store import KIND_NAMES
+from bridge.meta.nodes import KIND_NAMES
 from bridge.proto import meta_pb2
 
 STATE_ACTIONS = {

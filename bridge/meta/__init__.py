@@ -1,7 +1,8 @@
-"""The meta service (the PD role): timestamp oracle and node registry.
+"""The meta service's client (the PD role: timestamp oracle and node registry).
 
-Clients use :class:`MetaClient`; ``binlog-bridge meta`` runs
-:class:`bridge.meta.server.MetaServer`. See docs/meta-service.md.
+Pumps, drainers, producers and ``ctl`` use :class:`MetaClient` and the node
+names of :mod:`bridge.meta.nodes`; the server that ``binlog-bridge meta`` runs
+is the application :mod:`bridge.apps.meta`. See docs/meta-service.md.
 """
 
 from bridge.meta.client import MetaClient

@@ -28,6 +28,7 @@ from bridge.tso import MAX_LOGICAL
 log = logging.getLogger(__name__)
 
 LEADER_METADATA_KEY = "x-bridge-leader"
+DEFAULT_ADDR = "127.0.0.1:8248"  # where `binlog-bridge meta` listens unless told otherwise
 
 _INITIAL_BACKOFF = 0.05
 _MAX_BACKOFF = 0.5

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from bridge.demo.cluster import Cluster, ClusterSpec
-from bridge.demo.errors import ServiceFailed
-from bridge.demo.workload import LoadProcess
-from bridge.diff import diff
+from bridge.apps.demo.cluster import Cluster, ClusterSpec
+from bridge.apps.demo.errors import ServiceFailed
+from bridge.apps.demo.workload import LoadProcess
+from bridge.apps.diff import diff
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -1,7 +1,7 @@
 """The Kafka path end to end, as real processes: `binlog-bridge load` (DDL during DML, against a
 SQLite upstream) → three pumps → a drainer with the kafka sink (single-object encoding, the schemas
 topic) → the real broker → `binlog-bridge consume --apply` into a fresh SQLite directory →
-`bridge.diff` against the upstream: equal. Also with the drainer SIGKILLed mid-load (the
+`bridge.apps.diff` against the upstream: equal. Also with the drainer SIGKILLed mid-load (the
 re-delivered duplicates must be dropped), and schema evolution: a table topic holds messages of
 several writer schemas (the load adds and drops columns of load_wide), and all decode.
 
@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from bridge.demo.cluster import Cluster, ClusterSpec, resolver_for
-from bridge.diff import diff
+from bridge.apps.demo.cluster import Cluster, ClusterSpec, resolver_for
+from bridge.apps.diff import diff
 from bridge.producer.dsn import Dsn
 from tests.e2e.test_pipeline import LOAD_TABLES, kill_and_restart, mysql_text, mysql_upstream, run_load
 

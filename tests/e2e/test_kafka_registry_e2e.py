@@ -1,7 +1,7 @@
 """The Kafka path end to end with the Schema Registry (Confluent wire format) encoding:
 `binlog-bridge load` (DDL during DML, against a SQLite upstream) → three pumps → a drainer with the
 kafka sink and a ``mock://`` registry → the real broker → consume's apply path into a fresh SQLite
-directory → `bridge.diff` against the upstream: equal.
+directory → `bridge.apps.diff` against the upstream: equal.
 
 The only registry here is confluent-kafka's in-process ``mock://`` one, which another process cannot
 reach; so meta, the pumps and the load are child processes as in tests/e2e/test_kafka_e2e.py, while
@@ -21,11 +21,11 @@ from typing import Any
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
+from bridge.apps.demo.cluster import DRAINER, Cluster
+from bridge.apps.diff import diff
 from bridge.consume.apply import Applier
 from bridge.consume.reader import ChangeReader
 from bridge.consume.runner import Limits, run_apply
-from bridge.demo.cluster import DRAINER, Cluster
-from bridge.diff import diff
 from drainer.app import serve
 from drainer.config import DrainerConfig, load_config
 from drainer.sinks.kafka import schema_registry_client

@@ -5,7 +5,7 @@ The upstream is a database of its own on the shared server (``BRIDGE_TEST_MYSQL_
 ``binlog-bridge load`` writes it with DDL during DML, primary-key changes, unique-key swaps
 inside one transaction and a table without keys. Each test ends the same way: the producers
 stop, a fresh timestamp is taken (above every commit_ts handed out so far), the drainer's
-checkpoint must reach it, and ``bridge.diff`` must find the downstream database equal to the
+checkpoint must reach it, and ``bridge.apps.diff`` must find the downstream database equal to the
 upstream. The databases are dropped on both servers afterwards.
 
 The sink runs in normal mode (``safe-mode-duration = "0s"``): a replay after a fault is made
@@ -26,9 +26,9 @@ from typing import Any
 import pymysql
 import pytest
 
-from bridge.demo.cluster import Cluster, ClusterSpec, resolver_for
-from bridge.demo.workload import LoadProcess
-from bridge.diff import diff
+from bridge.apps.demo.cluster import Cluster, ClusterSpec, resolver_for
+from bridge.apps.demo.workload import LoadProcess
+from bridge.apps.diff import diff
 from bridge.producer import TxnWriter, open_upstream
 from bridge.producer.dsn import Dsn, parse_dsn
 from bridge.pumpclient import PumpsClient

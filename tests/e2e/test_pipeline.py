@@ -4,7 +4,7 @@ a MariaDB upstream; with a pump or the drainer SIGKILLed mid-run and restarted.
 
 Every test ends the same way: the producers stop, a fresh timestamp is taken
 (above every commit_ts handed out so far), the drainer's checkpoint must
-reach it, and ``bridge.diff`` must find the sqlite sink equal to the upstream.
+reach it, and ``bridge.apps.diff`` must find the sqlite sink equal to the upstream.
 Timeouts are hang guards only.
 """
 
@@ -19,9 +19,9 @@ from typing import Any
 import pymysql
 import pytest
 
-from bridge.demo.cluster import Cluster, ClusterSpec, resolver_for
-from bridge.demo.workload import LoadProcess
-from bridge.diff import diff
+from bridge.apps.demo.cluster import Cluster, ClusterSpec, resolver_for
+from bridge.apps.demo.workload import LoadProcess
+from bridge.apps.diff import diff
 from bridge.producer.dsn import Dsn, parse_dsn
 
 pytestmark = pytest.mark.timeout(300)

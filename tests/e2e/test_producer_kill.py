@@ -33,7 +33,7 @@ from typing import Any
 
 import pytest
 
-from bridge.diff import diff
+from bridge.apps.diff import diff
 from tests.support.drainer_cluster import ROOT, DrainerProcess
 from tests.support.dying_producer import TABLE
 from tests.support.process import ChildProcess

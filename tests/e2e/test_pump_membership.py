@@ -1,6 +1,6 @@
 """Pumps coming and going under load: a fourth pump joins mid-run, and a pump
 is paused and then closed for good mid-run. Both end with the drainer caught
-up and ``bridge.diff`` finding the downstream equal to the upstream."""
+up and ``bridge.apps.diff`` finding the downstream equal to the upstream."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from bridge.demo.cluster import Cluster, resolver_for
-from bridge.demo.workload import LoadProcess
+from bridge.apps.demo.cluster import Cluster, resolver_for
+from bridge.apps.demo.workload import LoadProcess
 from tests.e2e.test_pipeline import (
     assert_replicated,
     run_load,

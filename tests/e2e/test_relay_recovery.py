@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from bridge.demo.cluster import DRAINER, Cluster, ClusterSpec, cli_argv, resolver_for
-from bridge.diff import diff
+from bridge.apps.demo.cluster import DRAINER, Cluster, ClusterSpec, cli_argv, resolver_for
+from bridge.apps.diff import diff
 from bridge.producer import TxnWriter, open_upstream
 from bridge.producer.dsn import Dsn
 from bridge.pumpclient import PumpsClient

@@ -12,7 +12,7 @@ from pathlib import Path
 import pymysql
 import pytest
 
-from bridge.diff import diff
+from bridge.apps.diff import diff
 from bridge.producer.dsn import Dsn, parse_dsn
 from drainer.sinks.sqlite import SQLiteSink
 from tests.support import all_types

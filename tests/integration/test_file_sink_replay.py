@@ -8,11 +8,12 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from bridge.diff import diff
+from bridge.sink.events import Event, ResolvedEvent
+
+from bridge.apps.diff import diff
 from bridge.proto import row_pb2
 from bridge.tso import compose, physical_ms
 from drainer.binlogfile import RECORD_HEAD, list_files
-from drainer.events import Event, ResolvedEvent
 from drainer.replay import replay
 from drainer.sinks.file import FileSink
 from drainer.sinks.sqlite import SQLiteSink

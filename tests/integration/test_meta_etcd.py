@@ -10,9 +10,9 @@ from urllib.parse import urlsplit
 import aetcd
 import pytest
 
+from bridge.apps.meta.etcd_store import EtcdStore
 from bridge.errors import NotLeader
 from bridge.meta import MetaClient
-from bridge.meta.etcd_store import EtcdStore
 from bridge.proto import meta_pb2
 from tests.support.process import ChildProcess, bridge_cli, free_port, run_cli, wait_until
 

@@ -16,14 +16,14 @@ from typing import Any
 
 import pymysql
 import pytest
+from bridge.sink.events import Event, ResolvedEvent
+from bridge.sink.driver import SinkDriver
+from bridge.sink.errors import SinkApplyError
 from prometheus_client import REGISTRY
 
-from bridge.diff import diff
+from bridge.apps.diff import diff
 from bridge.producer.dsn import Dsn, parse_dsn
 from bridge.proto import row_pb2
-from drainer.events import Event, ResolvedEvent
-from drainer.sinkdriver import SinkDriver
-from drainer.sinks.errors import SinkApplyError
 from drainer.sinks.mysql import MySQLSink
 from tests.support import all_types
 from tests.support.binlog_events import EventStream, table_schema

@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from bridge.sink.events import Event
 
-from bridge.demo import tomlfile
+from bridge.apps.demo import tomlfile
 from drainer.binlogfile import list_files
 from drainer.checkpoint import CheckpointState
 from drainer.checkpoint.file import FileCheckpoint
-from drainer.events import Event
 from drainer.relay import RelaySink
 from drainer.sinks.sqlite import SQLiteSink
 from tests.support.binlog_events import EventStream, table_schema

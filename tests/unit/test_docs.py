@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from bridge.apps.meta.config import MetaConfig
 from bridge.config import build, load
-from bridge.meta.config import MetaConfig
 from bridge.pumpclient.config import PumpClientConfig
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from bridge.apps.meta.config import MetaConfig
 from bridge.config import load
 from bridge.errors import ConfigError
-from bridge.meta.config import MetaConfig
 
 
 def write(tmp_path: Path, text: str) -> Path:

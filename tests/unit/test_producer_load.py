@@ -1,4 +1,4 @@
-"""bridge.load without services: the mix, option checks, reproducible plans, the summary line."""
+"""bridge.apps.load without services: the mix, option checks, reproducible plans, the summary line."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import json
 
 import pytest
 
+from bridge.apps.load.options import DEFAULT_MIX, LoadOptions, parse_mix
+from bridge.apps.load.plans import PLANNERS
+from bridge.apps.load.stats import Progress, Stats, summary
+from bridge.apps.load.workload import KEYED, Worker
 from bridge.errors import ConfigError
-from bridge.load.options import DEFAULT_MIX, LoadOptions, parse_mix
-from bridge.load.plans import PLANNERS
-from bridge.load.stats import Progress, Stats, summary
-from bridge.load.workload import KEYED, Worker
 
 
 def test_mix_overrides_defaults() -> None:

@@ -8,8 +8,8 @@ import random
 
 import pytest
 
+from bridge.apps.meta.oracle import TimestampOracle
 from bridge.errors import NotLeader, StoreError
-from bridge.meta.oracle import TimestampOracle
 from bridge.tso import MAX_LOGICAL, logical, physical_ms
 
 START_MS = 1_800_000_000_000

@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bridge.demo import tomlfile
-from bridge.demo.errors import CatchUpTimeout, DemoError
-from bridge.demo.process import ServiceProcess
+from bridge.apps.demo import tomlfile
+from bridge.apps.demo.errors import CatchUpTimeout, DemoError
+from bridge.apps.demo.process import ServiceProcess
 from bridge.meta.client import MetaClient
 from bridge.producer.dsn import parse_dsn
 
@@ -285,7 +285,7 @@ class Cluster:
         return statuses
 
     def check(self) -> None:
-        """Raise :class:`~bridge.demo.errors.ServiceFailed` if a member that should run has exited."""
+        """Raise :class:`~bridge.apps.demo.errors.ServiceFailed` if a member that should run has exited."""
         for member in self.members.values():
             if member.expected_up:
                 member.process.check()

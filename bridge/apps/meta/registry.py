@@ -20,9 +20,10 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from bridge.apps.meta.oracle import Clock, wall_clock_ms
+from bridge.apps.meta.store import KIND_DIRS, BadEntry, LoadedNodes
 from bridge.errors import NotLeader, ProtocolError
-from bridge.meta.oracle import Clock, wall_clock_ms
-from bridge.meta.store import KIND_DIRS, STATE_NAMES, BadEntry, LoadedNodes
+from bridge.meta.nodes import STATE_NAMES
 from bridge.proto import meta_pb2
 from bridge.tso import physical_ms
 

@@ -4,7 +4,7 @@ For a table with a key (primary key, else a unique key over NOT NULL
 columns — the upstream's), the upstream's keys are sampled every
 ``chunk_size`` rows into chunk boundaries, so chunk *i* is the key range
 ``[boundary[i-1], boundary[i])`` in the canonical order of normalized keys
-(:mod:`bridge.diff.normalize`). Each side is then read once, in any order;
+(:mod:`bridge.apps.diff.normalize`). Each side is then read once, in any order;
 every row is normalized, digested, and its digest added (mod 2**128) into
 its chunk's checksum with a row count. Only the chunks whose (count,
 checksum) differ are read again, row by row: by a key-range query when the
@@ -26,9 +26,9 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-from bridge.diff.normalize import combine, row_digest, row_normalizer
-from bridge.diff.report import TableReport, show
-from bridge.diff.sources import KeyRange, Source, TableInfo
+from bridge.apps.diff.normalize import combine, row_digest, row_normalizer
+from bridge.apps.diff.report import TableReport, show
+from bridge.apps.diff.sources import KeyRange, Source, TableInfo
 
 _MASK = (1 << 128) - 1
 PROGRESS_EVERY = 200_000

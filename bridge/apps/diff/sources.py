@@ -103,9 +103,9 @@ def open_source(dsn_text: str, key: str) -> Source:
     """The source a DSN names; ``key`` (``--upstream``) names it in errors."""
     dsn = parse_dsn(dsn_text, key=key)
     if dsn.is_sqlite:
-        from bridge.diff.sqlite_source import SQLiteSource
+        from bridge.apps.diff.sqlite_source import SQLiteSource
 
         return SQLiteSource(Path(dsn.path))
-    from bridge.diff.mysql_source import MySQLSource
+    from bridge.apps.diff.mysql_source import MySQLSource
 
     return MySQLSource(dsn.with_password_from_env())

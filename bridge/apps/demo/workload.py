@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bridge.demo.cluster import cli_argv
-from bridge.demo.process import ServiceProcess
+from bridge.apps.demo.cluster import cli_argv
+from bridge.apps.demo.process import ServiceProcess
 
 _PROGRESS = re.compile(
     r"load\s+(?P<elapsed>[\d.]+)s \|\s+(?P<txn_rate>\d+) txn/s \|\s+(?P<row_rate>\d+) rows/s"

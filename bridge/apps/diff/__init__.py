@@ -2,13 +2,13 @@
 
 Library use (the demo and the end-to-end tests call it)::
 
-    from bridge.diff import diff
+    from bridge.apps.diff import diff
     report = diff("sqlite:///var/up.db", "sqlite:///var/drainer/sqlite", tables=["main.t"])
     assert report.equal, "\\n".join(report.lines())
 
-How tables are compared: :mod:`bridge.diff.compare`; how values from
-different databases are made comparable: :mod:`bridge.diff.normalize`; which
-DSNs are understood and which tables are skipped: :mod:`bridge.diff.sources`.
+How tables are compared: :mod:`bridge.apps.diff.compare`; how values from
+different databases are made comparable: :mod:`bridge.apps.diff.normalize`; which
+DSNs are understood and which tables are skipped: :mod:`bridge.apps.diff.sources`.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from bridge.diff.compare import DiffOptions, Progress, compare_table
-from bridge.diff.report import DiffReport, TableReport
-from bridge.diff.sources import Source, open_source
+from bridge.apps.diff.compare import DiffOptions, Progress, compare_table
+from bridge.apps.diff.report import DiffReport, TableReport
+from bridge.apps.diff.sources import Source, open_source
 
 __all__ = ["DiffOptions", "DiffReport", "TableReport", "diff", "diff_sources"]
 

@@ -17,12 +17,12 @@ import threading
 import time
 from collections.abc import Callable
 
+from bridge.apps.load.options import LoadOptions
+from bridge.apps.load.plans import PLANNERS
+from bridge.apps.load.schema_changes import SchemaChanger
+from bridge.apps.load.stats import Stats
+from bridge.apps.load.workload import INDEXES, KEYED, TABLES, Plan, Worker
 from bridge.errors import BridgeError
-from bridge.load.options import LoadOptions
-from bridge.load.plans import PLANNERS
-from bridge.load.schema_changes import SchemaChanger
-from bridge.load.stats import Stats
-from bridge.load.workload import INDEXES, KEYED, TABLES, Plan, Worker
 from bridge.producer.writer import TxnWriter
 
 log = logging.getLogger(__name__)

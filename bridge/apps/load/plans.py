@@ -1,14 +1,14 @@
-"""One planner per transaction kind of the mix (see :mod:`bridge.load.options`).
+"""One planner per transaction kind of the mix (see :mod:`bridge.apps.load.options`).
 
 A planner draws every value up front from the worker's generator and returns
-a :class:`~bridge.load.workload.Plan` whose steps only replay them.
+a :class:`~bridge.apps.load.workload.Plan` whose steps only replay them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from bridge.load.workload import OWNED, Plan, Step, Worker
+from bridge.apps.load.workload import OWNED, Plan, Step, Worker
 from bridge.producer.writer import Transaction
 
 Planner = Callable[[Worker, int, int], Plan]  # (worker, txn_size, large_size)

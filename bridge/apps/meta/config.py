@@ -25,8 +25,8 @@ from urllib.parse import urlsplit
 from bridge.config import WILDCARD_HOSTS, advertise_addr, check_addr, listen_addr
 from bridge.errors import ConfigError
 from bridge.grpcutil import SecurityConfig
+from bridge.meta.client import DEFAULT_ADDR
 
-DEFAULT_ADDR = "127.0.0.1:8248"
 DEFAULT_PREFIX = "/binlog-bridge/v1"
 
 

@@ -8,8 +8,8 @@ from typing import Any
 import pymysql
 import pymysql.cursors
 
-from bridge.diff.normalize import mysql_kind
-from bridge.diff.sources import (
+from bridge.apps.diff.normalize import mysql_kind
+from bridge.apps.diff.sources import (
     FETCH,
     SYSTEM_DATABASES,
     Column,

@@ -18,8 +18,8 @@ from collections.abc import Iterable
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from bridge.meta.member import MetaMember
-from bridge.meta.store import KIND_NAMES, STATE_NAMES
+from bridge.apps.meta.member import MetaMember
+from bridge.meta.nodes import KIND_NAMES, STATE_NAMES
 
 
 class MemberCollector(Collector):

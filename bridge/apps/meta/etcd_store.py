@@ -5,7 +5,7 @@ Keys (``P`` = ``etcd-prefix``, default ``/binlog-bridge/v1``)::
     P/cluster-id          decimal; created once by the first member (txn: only if absent)
     P/meta/leader         {"member", "addr", "session"} on the leader's lease
     P/meta/tso            decimal physical ms: the saved TSO limit
-    P/pumps/<node id>     node records, JSON in the original's shape (see bridge.meta.store)
+    P/pumps/<node id>     node records, JSON in the original's shape (see bridge.apps.meta.store)
     P/drainers/<node id>
 
 **Election.** A member becomes leader by creating ``P/meta/leader`` only if it
@@ -33,8 +33,8 @@ from typing import Any, TypeVar
 import aetcd
 import grpc
 
+from bridge.apps.meta.store import KIND_DIRS, BadEntry, LoadedNodes, node_from_json, node_to_json
 from bridge.errors import NotLeader, ProtocolError, StoreError
-from bridge.meta.store import KIND_DIRS, BadEntry, LoadedNodes, node_from_json, node_to_json
 from bridge.proto import meta_pb2
 
 log = logging.getLogger(__name__)

@@ -7,8 +7,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from urllib.parse import quote, unquote
 
-from bridge.diff.normalize import sqlite_kind
-from bridge.diff.sources import (
+from bridge.apps.diff.normalize import sqlite_kind
+from bridge.apps.diff.sources import (
     FETCH,
     SINK_MAIN_FILE,
     Column,

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 
-from bridge.demo.errors import ServiceFailed
+from bridge.apps.demo.errors import ServiceFailed
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TextIO
 
-from bridge.demo.workload import LoadProgress
+from bridge.apps.demo.workload import LoadProgress
 
 NON_TTY_INTERVAL = 5.0
 

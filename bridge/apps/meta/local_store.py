@@ -23,9 +23,9 @@ import secrets
 from pathlib import Path
 from urllib.parse import quote, unquote
 
+from bridge.apps.meta.store import KIND_DIRS, BadEntry, LoadedNodes, node_from_json, node_to_json
 from bridge.durable import write_atomically
 from bridge.errors import ProtocolError, StoreError
-from bridge.meta.store import KIND_DIRS, BadEntry, LoadedNodes, node_from_json, node_to_json
 from bridge.proto import meta_pb2
 
 log = logging.getLogger(__name__)

@@ -6,7 +6,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from bridge.demo.progress import seconds
+from bridge.apps.demo.progress import seconds
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Turning SIGINT, SIGTERM and SIGHUP into :class:`~bridge.demo.errors.Interrupted`, and
+"""Turning SIGINT, SIGTERM and SIGHUP into :class:`~bridge.apps.demo.errors.Interrupted`, and
 holding them off while the demo cleans up.
 
 While :func:`interruptible` is active, the first of these signals raises
@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 
-from bridge.demo.errors import Interrupted
+from bridge.apps.demo.errors import Interrupted
 
 log = logging.getLogger(__name__)
 

@@ -2,8 +2,8 @@
 
 A store holds the cluster id, the saved TSO limit, the node records and
 leadership among the members sharing it. Two backends implement it:
-:class:`bridge.meta.local_store.LocalStore` (a data dir; always leader) and
-:class:`bridge.meta.etcd_store.EtcdStore` (a key prefix in etcd; leader by lease).
+:class:`bridge.apps.meta.local_store.LocalStore` (a data dir; always leader) and
+:class:`bridge.apps.meta.etcd_store.EtcdStore` (a key prefix in etcd; leader by lease).
 
 Node records are JSON in the original registry's shape, so tools that read
 ``/tidb-binlog/v1/pumps/<id>`` style entries can read ours::
@@ -23,17 +23,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from bridge.errors import ProtocolError
+from bridge.meta.nodes import KIND_NAMES, STATE_NAMES
 from bridge.proto import meta_pb2
 
-KIND_NAMES: dict[meta_pb2.NodeKind, str] = {meta_pb2.PUMP: "pump", meta_pb2.DRAINER: "drainer"}
 KIND_DIRS: dict[meta_pb2.NodeKind, str] = {kind: f"{name}s" for kind, name in KIND_NAMES.items()}
-STATE_NAMES: dict[meta_pb2.NodeState, str] = {
-    meta_pb2.ONLINE: "online",
-    meta_pb2.PAUSING: "pausing",
-    meta_pb2.PAUSED: "paused",
-    meta_pb2.CLOSING: "closing",
-    meta_pb2.OFFLINE: "offline",
-}
 STATES_BY_NAME = {name: value for value, name in STATE_NAMES.items()}
 
 

@@ -1,7 +1,7 @@
 """``binlog-bridge demo``: a whole cluster, a workload, catch-up and a diff, in one command.
 
 1. A data dir (a fresh temporary one unless given; a given one must be empty).
-2. The cluster (:mod:`bridge.demo.cluster`): meta, ``pumps`` pumps, a
+2. The cluster (:mod:`bridge.apps.demo.cluster`): meta, ``pumps`` pumps, a
    drainer with the sqlite and file sinks, each waited for by its ready line.
 3. ``binlog-bridge load`` for ``seconds`` against the upstream (a SQLite file
    in the data dir by default), with one live progress line: the load's
@@ -9,7 +9,7 @@
 4. When the load has stopped, a fresh TSO timestamp is the target: every
    transaction committed before it has a lower commit_ts. The demo waits
    until the drainer's checkpoint reaches it.
-5. ``bridge.diff.diff`` between the upstream and the sqlite sink.
+5. ``bridge.apps.diff.diff`` between the upstream and the sqlite sink.
 6. The summary; the children are stopped (also on errors and signals), a
    temporary data dir is removed after a successful run unless ``keep``.
 """
@@ -24,13 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from bridge.demo.cluster import Cluster, ClusterSpec, resolver_for
-from bridge.demo.errors import DataDirInUse, DemoError
-from bridge.demo.progress import LagSamples, LiveLine, catch_up_line, load_line
-from bridge.demo.signals import deferred, interruptible
-from bridge.demo.summary import DemoSummary
-from bridge.demo.workload import LoadProcess
-from bridge.diff import diff
+from bridge.apps.demo.cluster import Cluster, ClusterSpec, resolver_for
+from bridge.apps.demo.errors import DataDirInUse, DemoError
+from bridge.apps.demo.progress import LagSamples, LiveLine, catch_up_line, load_line
+from bridge.apps.demo.signals import deferred, interruptible
+from bridge.apps.demo.summary import DemoSummary
+from bridge.apps.demo.workload import LoadProcess
+from bridge.apps.diff import diff
 
 log = logging.getLogger(__name__)
 

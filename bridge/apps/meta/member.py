@@ -12,10 +12,10 @@ import asyncio
 import contextlib
 import logging
 
+from bridge.apps.meta.oracle import Clock, TimestampOracle, wall_clock_ms
+from bridge.apps.meta.registry import Registry
+from bridge.apps.meta.store import MetaStore
 from bridge.errors import NotLeader, StoreError
-from bridge.meta.oracle import Clock, TimestampOracle, wall_clock_ms
-from bridge.meta.registry import Registry
-from bridge.meta.store import MetaStore
 
 log = logging.getLogger(__name__)
 

@@ -21,15 +21,15 @@ from wsgiref.simple_server import WSGIServer
 import grpc
 from prometheus_client import start_http_server
 
+from bridge.apps.meta.config import MetaConfig
+from bridge.apps.meta.etcd_store import EtcdStore
+from bridge.apps.meta.local_store import LocalStore
+from bridge.apps.meta.member import MetaMember
+from bridge.apps.meta.metrics import member_registry
+from bridge.apps.meta.store import MetaStore
 from bridge.errors import BridgeError, ClusterMismatch, ConfigError, NotLeader, ProtocolError
 from bridge.grpcutil import add_port, channel_options
 from bridge.meta.client import LEADER_METADATA_KEY
-from bridge.meta.config import MetaConfig
-from bridge.meta.etcd_store import EtcdStore
-from bridge.meta.local_store import LocalStore
-from bridge.meta.member import MetaMember
-from bridge.meta.metrics import member_registry
-from bridge.meta.store import MetaStore
 from bridge.proto import meta_pb2, meta_pb2_grpc
 from bridge.tso import MAX_LOGICAL
 

@@ -20,8 +20,8 @@ import random
 import re
 import threading
 
+from bridge.apps.load.stats import Stats
 from bridge.errors import BridgeError
-from bridge.load.stats import Stats
 from bridge.producer.writer import TxnWriter
 
 log = logging.getLogger(__name__)
