@@ -73,8 +73,8 @@ from bench.drainer import (
 )
 from bench.pump import TsoBatcher
 from bridge.binlog import TableMutationBuilder, ddl_prewrite, prewrite
+from bridge.dsn import Dsn, parse_dsn
 from bridge.errors import ConfigError
-from bridge.producer.dsn import Dsn, parse_dsn
 from bridge.proto import row_pb2
 from bridge.pumpclient import AsyncPumpsClient, PumpClientConfig
 from bridge.rowcodec import RowCodec
@@ -292,16 +292,7 @@ def dsn_text(dsn: Dsn) -> str:
 
 
 def connect(dsn: Dsn, database: str | None = None) -> pymysql.connections.Connection[Any]:
-    return pymysql.connect(
-        host=dsn.host,
-        port=dsn.port,
-        user=dsn.user,
-        password=dsn.password or "",
-        database=database,
-        autocommit=True,
-        connect_timeout=10,
-        **dsn.pymysql_tls(),
-    )
+    return dsn.connect(database=database, autocommit=True)
 
 
 def server_pid(dsn: Dsn) -> int | None:
@@ -406,16 +397,7 @@ def measure_replay(dsn: Dsn, schema: row_pb2.TableSchema, model: Model, args: ar
     names = ", ".join(f"`{c}`" for c in COLUMNS)
     row_marks = "(" + ", ".join(["%s"] * len(COLUMNS)) + ")"
     assign = ", ".join(f"`{c}` = %s" for c in COLUMNS[1:])
-    conn = pymysql.connect(
-        host=dsn.host,
-        port=dsn.port,
-        user=dsn.user,
-        password=dsn.password or "",
-        database=schema.db,
-        autocommit=False,
-        client_flag=CLIENT.MULTI_STATEMENTS,
-        **dsn.pymysql_tls(),
-    )
+    conn = dsn.connect(database=schema.db, autocommit=False, client_flag=CLIENT.MULTI_STATEMENTS)
     try:
         with conn.cursor() as cursor:
             cursor.execute(f"CREATE TABLE `replay_orders` ({CREATE_COLUMNS})")

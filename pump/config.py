@@ -38,6 +38,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from bridge.dsn import parse_mysql_dsn
 from bridge.errors import ConfigError
 from bridge.grpcutil import DEFAULT_MAX_MESSAGE_BYTES, SecurityConfig
 from bridge.nodeconfig import NodeAddressing
@@ -96,10 +97,6 @@ class ResolverConfig:
                     f"resolver.dsn: expected sqlite:///path/file.db with type sqlite, got {self.dsn!r}"
                 )
         elif self.dsn and not self.dsn.startswith("sqlite:"):  # type none may name either form
-            # Imported here: the resolver module imports pymysql, which a pump
-            # with type = "none" does not need.
-            from pump.resolver import parse_mysql_dsn
-
             parse_mysql_dsn(self.dsn, key="resolver.dsn")
         if not _TABLE_NAME_RE.match(self.table):
             raise ConfigError(f"resolver.table: expected a plain table name, got {self.table!r}")

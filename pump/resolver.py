@@ -31,10 +31,12 @@ from typing import Any, Protocol
 import pymysql
 import pymysql.err
 
-from bridge.errors import BridgeError, ConfigError
-from bridge.producer.dsn import Dsn, parse_dsn
+from bridge.dsn import Dsn, parse_dsn, parse_mysql_dsn
+from bridge.errors import ConfigError
 from pump import metrics
 from pump.config import ResolverConfig
+from pump.resolver_base import LostCommitResolver, ResolverError, ResolverUnavailable, StatusTableMissing
+from pump.resolver_sqlite import SQLiteStatusResolver
 
 log = logging.getLogger(__name__)
 
@@ -54,41 +56,6 @@ _RETRIABLE_CODES = {
 _NO_SUCH_TABLE = 1146
 _ERROR_LOG_EVERY = 30.0  # seconds between repeats of the same resolver error in the log
 _NO_SUCH_DATABASE = 1049
-
-
-class ResolverError(BridgeError):
-    """The resolver could not tell whether a transaction committed."""
-
-
-class ResolverUnavailable(ResolverError):
-    """The upstream did not answer; asking again later may succeed."""
-
-    retriable = True
-
-
-class StatusTableMissing(ResolverError):
-    """The status table (or its database) does not exist upstream."""
-
-
-class LostCommitResolver(Protocol):
-    """Tells whether the upstream committed the transaction that began at ``start_ts``."""
-
-    async def resolve(self, start_ts: int) -> int | None:
-        """The commit_ts if the transaction committed, None if it did not.
-
-        Raises :class:`ResolverError` when it cannot tell; ``retriable`` says
-        whether asking again later may help. Never returns None on doubt.
-        """
-        ...
-
-    async def close(self) -> None: ...
-
-
-def parse_mysql_dsn(text: str, key: str = "resolver.dsn") -> Dsn:
-    """The resolver's upstream: a ``mysql://`` DSN (:mod:`bridge.producer.dsn`)."""
-    if text.strip().partition(":")[0].lower() not in ("mysql", "mariadb"):
-        raise ConfigError(f"{key}: expected mysql://user[:password]@host[:port]/database")
-    return parse_dsn(text, key=key)
 
 
 class NoStatusResolver:
@@ -118,7 +85,7 @@ class MySQLStatusResolver:
         timeout: float = 5.0,
         attempts: int = 4,
     ) -> None:
-        self.dsn = parse_mysql_dsn(dsn) if isinstance(dsn, str) else dsn
+        self.dsn = parse_mysql_dsn(dsn, key="resolver.dsn") if isinstance(dsn, str) else dsn
         if not self.dsn.database:
             raise ConfigError(f"resolver.dsn: name the upstream database that holds {table} ({self.dsn})")
         self._password = self.dsn.password or password or ""
@@ -155,20 +122,12 @@ class MySQLStatusResolver:
         self._executor.shutdown(wait=True)
 
     def _connect(self) -> Any:
-        dsn = self.dsn
-        return pymysql.connect(
-            host=self.dsn.host,
-            port=self.dsn.port,
-            user=self.dsn.user,
+        return self.dsn.connect(
+            connect_timeout=self._timeout,
             password=self._password,
-            database=self.dsn.database,
-            charset=dsn.param("charset", "utf8mb4"),
-            unix_socket=dsn.param("unix_socket") or None,
-            connect_timeout=float(dsn.param("connect_timeout") or self._timeout),
             read_timeout=self._timeout,
             write_timeout=self._timeout,
             autocommit=True,
-            **dsn.pymysql_tls(),
         )
 
     def _disconnect(self) -> None:
@@ -308,10 +267,7 @@ def build_resolver(config: ResolverConfig) -> LostCommitResolver:
         )
         return NoStatusResolver()
     if config.type == "sqlite":
-        from bridge.producer.dsn import parse_dsn as parse_upstream_dsn
-        from pump.resolver_sqlite import SQLiteStatusResolver  # imports this module
-
-        path = parse_upstream_dsn(config.dsn).path
+        path = parse_dsn(config.dsn).path
         log.info("resolver: status table %s in SQLite file %s", config.table, path)
         return SQLiteStatusResolver(path, config.table)
     dsn = parse_dsn(config.dsn, key="resolver.dsn")

@@ -14,7 +14,7 @@ import sqlite3
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from pump.resolver import ResolverError, ResolverUnavailable, StatusTableMissing
+from pump.resolver_base import ResolverError, ResolverUnavailable, StatusTableMissing
 
 log = logging.getLogger(__name__)
 

@@ -22,8 +22,8 @@ from bridge.apps.load.options import LoadOptions, parse_mix
 from bridge.apps.load.runner import LoadRunner, create_schema
 from bridge.apps.load.stats import Progress, Stats, summary
 from bridge.errors import BridgeError
-from bridge.producer.dsn import PASSWORD_ENV, parse_dsn
-from bridge.producer.upstream import open_upstream
+from bridge.dsn import PASSWORD_ENV, parse_dsn
+from bridge.producer.open import open_upstream
 from bridge.producer.writer import TxnWriter
 from bridge.pumpclient import PumpClientConfig, PumpsClient
 

@@ -7,8 +7,8 @@
 - errors in ``errors.py``. The guide is docs/producers.md.
 """
 
+from bridge.dsn import Dsn, parse_dsn
 from bridge.producer.ddl import DdlResult
-from bridge.producer.dsn import Dsn, parse_dsn
 from bridge.producer.errors import (
     CommitFailed,
     CommitUnknown,
@@ -22,8 +22,9 @@ from bridge.producer.errors import (
     UpstreamError,
     UpstreamUnavailable,
 )
+from bridge.producer.open import open_upstream
 from bridge.producer.txnlog import BinlogSink
-from bridge.producer.upstream import Upstream, open_upstream
+from bridge.producer.upstream import Upstream
 from bridge.producer.writer import Transaction, TxnWriter
 
 __all__ = [

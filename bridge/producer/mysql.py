@@ -24,9 +24,9 @@ import pymysql.err
 from pymysql.constants import FIELD_TYPE
 from pymysql.converters import conversions
 
+from bridge.dsn import Dsn
 from bridge.errors import ConfigError
 from bridge.producer import mysql_types
-from bridge.producer.dsn import Dsn
 from bridge.producer.errors import UpstreamConflict, UpstreamError, UpstreamUnavailable
 from bridge.producer.status import STATUS_TABLE
 from bridge.producer.upstream import MYSQL, ColumnAdapter, Session
@@ -65,18 +65,11 @@ class MySQLSession:
         self.returning: frozenset[str] = frozenset()
         self._where = dsn.redacted()
         try:
-            self._conn = pymysql.connect(
-                host=dsn.host,
-                port=dsn.port,
-                user=dsn.user,
-                password=dsn.password,
-                database=dsn.database,
-                charset="utf8mb4",
-                autocommit=True,
+            self._conn = dsn.connect(
                 connect_timeout=connect_timeout,
+                autocommit=True,
                 init_command="SET time_zone = '+00:00'",
                 conv=_CONVERSIONS,
-                **dsn.pymysql_tls(),
             )
             with self._conn.cursor() as cursor:
                 cursor.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
@@ -229,16 +222,7 @@ class MySQLUpstream:
 def create_database(dsn: Dsn, connect_timeout: float = 10.0) -> bool:
     """CREATE DATABASE IF NOT EXISTS the DSN's database; True when it had to be created."""
     try:
-        conn = pymysql.connect(
-            host=dsn.host,
-            port=dsn.port,
-            user=dsn.user,
-            password=dsn.password,
-            charset="utf8mb4",
-            autocommit=True,
-            connect_timeout=connect_timeout,
-            **dsn.pymysql_tls(),
-        )
+        conn = dsn.connect(connect_timeout=connect_timeout, database=None, autocommit=True)
     except pymysql.err.Error as exc:
         raise UpstreamUnavailable(f"{dsn.redacted()}: connect failed: {exc.args[-1]}") from exc
     try:

@@ -4,8 +4,8 @@ An :class:`Upstream` is one database (a MySQL/MariaDB schema or a SQLite
 file) that hands out :class:`Session` objects, one connection each, and knows
 its dialect, how to describe a table as a ``TableSchema`` and how to convert
 its driver's values to and from the row codec's (:class:`ColumnAdapter`).
-``mysql.py`` and ``sqlite.py`` implement it; :func:`open_upstream` picks one
-from a DSN.
+``mysql.py`` and ``sqlite.py`` implement it (and import this module);
+:func:`bridge.producer.open.open_upstream` picks one from a DSN.
 
 SQL text is built only from :meth:`Dialect.quote`-quoted identifiers and
 placeholders; values always travel as parameters.
@@ -19,7 +19,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from bridge.producer.dsn import Dsn, parse_dsn
 from bridge.proto import row_pb2
 
 Convert = Callable[[Any], Any]
@@ -177,15 +176,3 @@ class SessionPool:
             idle, self._idle = self._idle, []
         for session in idle:
             session.close()
-
-
-def open_upstream(dsn: Dsn | str) -> Upstream:
-    """The upstream a DSN names (``sqlite:`` or ``mysql://``); see :mod:`bridge.producer.dsn`."""
-    parsed = parse_dsn(dsn) if isinstance(dsn, str) else dsn
-    if parsed.is_sqlite:
-        from bridge.producer.sqlite import SQLiteUpstream
-
-        return SQLiteUpstream(parsed.path)
-    from bridge.producer.mysql import MySQLUpstream
-
-    return MySQLUpstream(parsed)

@@ -27,7 +27,7 @@ import pytest
 
 from bridge.apps.demo.cluster import Cluster, ClusterSpec, resolver_for
 from bridge.apps.diff import diff
-from bridge.producer.dsn import Dsn
+from bridge.dsn import Dsn
 from tests.e2e.test_pipeline import LOAD_TABLES, kill_and_restart, mysql_text, mysql_upstream, run_load
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(420)]

@@ -29,8 +29,8 @@ import pytest
 from bridge.apps.demo.cluster import Cluster, ClusterSpec, resolver_for
 from bridge.apps.demo.workload import LoadProcess
 from bridge.apps.diff import diff
+from bridge.dsn import Dsn, parse_dsn
 from bridge.producer import TxnWriter, open_upstream
-from bridge.producer.dsn import Dsn, parse_dsn
 from bridge.pumpclient import PumpsClient
 from tests.e2e.test_pipeline import wait_for, wait_for_transactions
 from tests.support.mariadb_instance import MariaDBInstance

@@ -22,7 +22,7 @@ import pytest
 from bridge.apps.demo.cluster import Cluster, ClusterSpec, resolver_for
 from bridge.apps.demo.workload import LoadProcess
 from bridge.apps.diff import diff
-from bridge.producer.dsn import Dsn, parse_dsn
+from bridge.dsn import Dsn, parse_dsn
 
 pytestmark = pytest.mark.timeout(300)
 

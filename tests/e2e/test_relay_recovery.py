@@ -25,8 +25,8 @@ import pytest
 
 from bridge.apps.demo.cluster import DRAINER, Cluster, ClusterSpec, cli_argv, resolver_for
 from bridge.apps.diff import diff
+from bridge.dsn import Dsn
 from bridge.producer import TxnWriter, open_upstream
-from bridge.producer.dsn import Dsn
 from bridge.pumpclient import PumpsClient
 from drainer.checkpoint import CheckpointState, build_checkpoint
 from tests.e2e.test_pipeline import (

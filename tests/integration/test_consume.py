@@ -27,7 +27,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from bridge.avro import DDL_SCHEMA, SingleObjectCodec, ddl_record, fingerprint_hex, source_record, table_avro
-from bridge.producer.dsn import parse_dsn
+from bridge.dsn import parse_dsn
 from bridge.proto import row_pb2
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(120)]

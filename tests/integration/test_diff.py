@@ -13,7 +13,7 @@ import pymysql
 import pytest
 
 from bridge.apps.diff import diff
-from bridge.producer.dsn import Dsn, parse_dsn
+from bridge.dsn import Dsn, parse_dsn
 from drainer.sinks.sqlite import SQLiteSink
 from tests.support import all_types
 from tests.support.binlog_events import EventStream

@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 from bridge import binlog as B
+from bridge.dsn import Dsn, parse_dsn
 from bridge.producer import TxnWriter, open_upstream
-from bridge.producer.dsn import Dsn, parse_dsn
 from bridge.proto import row_pb2
 from bridge.pumpclient import PumpsClient
 from bridge.rowcodec import RowCodec

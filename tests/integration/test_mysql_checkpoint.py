@@ -12,8 +12,8 @@ from pathlib import Path
 import pymysql
 import pytest
 
+from bridge.dsn import parse_dsn
 from bridge.errors import ConfigError
-from bridge.producer.dsn import parse_dsn
 from drainer.checkpoint import CheckpointError, CheckpointState, RetriableCheckpointError, build_checkpoint
 from drainer.checkpoint.mysql import MySQLCheckpoint
 from tests.support.process import free_port

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from bridge import binlog as B
+from bridge.dsn import Dsn
 from bridge.producer import (
     DdlNotLogged,
     PrewriteFailed,
@@ -26,7 +27,6 @@ from bridge.producer import (
     UnsupportedSchema,
     open_upstream,
 )
-from bridge.producer.dsn import Dsn
 from bridge.proto import row_pb2
 from bridge.pumpclient import PumpClientConfig, PumpsClient
 from tests.integration import test_producer_writer as shared

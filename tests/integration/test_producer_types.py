@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from bridge import binlog as B
+from bridge.dsn import Dsn
 from bridge.producer import TxnWriter, open_upstream
-from bridge.producer.dsn import Dsn
 from bridge.proto import row_pb2
 from bridge.rowcodec import MySQLDate, RowCodec
 from tests.integration import test_producer_writer as shared

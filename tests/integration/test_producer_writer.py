@@ -23,6 +23,7 @@ import pymysql
 import pytest
 
 from bridge import binlog as B
+from bridge.dsn import Dsn, parse_dsn
 from bridge.producer import (
     CommitFailed,
     PrewriteFailed,
@@ -31,7 +32,6 @@ from bridge.producer import (
     UnknownTable,
     open_upstream,
 )
-from bridge.producer.dsn import Dsn, parse_dsn
 from bridge.producer.mysql import MySQLSession, MySQLUpstream
 from bridge.proto import pump_pb2, pump_pb2_grpc
 from bridge.pumpclient import PumpClientConfig, PumpsClient

@@ -19,7 +19,7 @@ import pymysql
 import pytest
 
 from bridge.binlog import parse_binlog, prewrite
-from bridge.producer.dsn import Dsn
+from bridge.dsn import Dsn, parse_mysql_dsn
 from bridge.tso import compose
 from pump import metrics
 from pump.config import ResolverConfig
@@ -30,7 +30,6 @@ from pump.resolver import (
     ResolverUnavailable,
     StatusTableMissing,
     build_resolver,
-    parse_mysql_dsn,
 )
 from pump.storage import CommittedTxn, Storage, Watermark
 from tests.support.process import free_port

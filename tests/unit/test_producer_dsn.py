@@ -1,4 +1,4 @@
-"""bridge.producer.dsn: the upstream DSN forms, the TLS parameters and that a password never shows."""
+"""bridge.dsn: the upstream DSN forms, the TLS parameters and that a password never shows."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from bridge.dsn import Dsn, parse_dsn
 from bridge.errors import ConfigError
-from bridge.producer.dsn import Dsn, parse_dsn
 from tests.support.tls import self_signed_cert
 
 

@@ -8,10 +8,9 @@ from pathlib import Path
 import pytest
 
 from bridge.config import build, describe, load
+from bridge.dsn import Dsn, parse_mysql_dsn
 from bridge.errors import ConfigError
-from bridge.producer.dsn import Dsn
 from pump.config import GIB, PASSWORD_ENV, PumpConfig, ResolverConfig
-from pump.resolver import parse_mysql_dsn
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "pump.toml"
 

@@ -37,8 +37,8 @@ from typing import Any
 from bridge.apps.demo import tomlfile
 from bridge.apps.demo.errors import CatchUpTimeout, DemoError
 from bridge.apps.demo.process import ServiceProcess
+from bridge.dsn import parse_dsn
 from bridge.meta.client import MetaClient
-from bridge.producer.dsn import parse_dsn
 
 log = logging.getLogger(__name__)
 

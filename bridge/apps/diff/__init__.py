@@ -8,7 +8,8 @@ Library use (the demo and the end-to-end tests call it)::
 
 How tables are compared: :mod:`bridge.apps.diff.compare`; how values from
 different databases are made comparable: :mod:`bridge.apps.diff.normalize`; which
-DSNs are understood and which tables are skipped: :mod:`bridge.apps.diff.sources`.
+DSNs are understood: :mod:`bridge.apps.diff.open`; which tables are skipped:
+:mod:`bridge.apps.diff.sources`.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ import time
 from collections.abc import Sequence
 
 from bridge.apps.diff.compare import DiffOptions, Progress, compare_table
+from bridge.apps.diff.open import open_source
 from bridge.apps.diff.report import DiffReport, TableReport
-from bridge.apps.diff.sources import Source, open_source
+from bridge.apps.diff.sources import Source
 
 __all__ = ["DiffOptions", "DiffReport", "TableReport", "diff", "diff_sources"]
 

@@ -20,7 +20,7 @@ from bridge.apps.diff.sources import (
     quote_identifier,
     range_condition,
 )
-from bridge.producer.dsn import Dsn
+from bridge.dsn import Dsn
 
 
 class MySQLSource:
@@ -33,16 +33,8 @@ class MySQLSource:
 
     def _connect(self, cursor: type[Any]) -> pymysql.connections.Connection[Any]:
         try:
-            conn = pymysql.connect(
-                host=self._dsn.host,
-                port=self._dsn.port,
-                user=self._dsn.user,
-                password=self._dsn.password,
-                charset="utf8mb4",
-                autocommit=True,
-                cursorclass=cursor,
-                **self._dsn.pymysql_tls(),
-            )
+            # No default database: without /db the source spans every database of the server.
+            conn = self._dsn.connect(database=None, autocommit=True, cursorclass=cursor)
         except pymysql.MySQLError as exc:
             raise DiffSourceError(f"{self.label}: cannot connect: {exc.args[-1]}") from exc
         with conn.cursor() as cur:

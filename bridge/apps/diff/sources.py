@@ -1,30 +1,20 @@
-"""The two sides of a diff: tables, columns, keys and rows of a SQLite or MySQL database.
+"""What both sides of a diff are: the :class:`Source` protocol, table descriptions, key ranges.
 
-A :class:`Source` is opened from a DSN (:func:`open_source`):
-
-- ``sqlite:///path/file.db``: one SQLite file, database ``main`` (what a
-  SQLite upstream names it);
-- ``sqlite:///path/dir``: a directory laid out like the sqlite sink's, each
-  ``<name>.db`` file one database (``_bridge.sqlite`` is the sink's own);
-- ``mysql://user@host:port/db``: that database; without ``/db`` every
-  database except the server's own (``mysql``, ``sys``,
-  ``information_schema``, ``performance_schema``).
+The implementations (:mod:`~bridge.apps.diff.sqlite_source`,
+:mod:`~bridge.apps.diff.mysql_source`) import this module; the factory that
+picks one for a DSN is :mod:`bridge.apps.diff.open`.
 
 Bridge-internal tables are never compared (:data:`INTERNAL_TABLES`, any name
-starting with ``_bridge`` or ``sqlite_``). Sources only read: SQLite files
-are opened read-only; MySQL sessions use UTC for TIMESTAMP and stream rows
-with an unbuffered cursor.
+starting with ``_bridge`` or ``sqlite_``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Protocol
 
 from bridge.errors import UserError
-from bridge.producer.dsn import parse_dsn
 
 INTERNAL_TABLES = frozenset(("bridge_txn_status", "bridge_schema", "bridge_checkpoint"))
 SYSTEM_DATABASES = frozenset(("mysql", "sys", "information_schema", "performance_schema"))
@@ -97,15 +87,3 @@ def range_condition(where: KeyRange | None, quote_char: str, placeholder: str) -
 
 def quote_identifier(name: str, char: str) -> str:
     return char + name.replace(char, char * 2) + char
-
-
-def open_source(dsn_text: str, key: str) -> Source:
-    """The source a DSN names; ``key`` (``--upstream``) names it in errors."""
-    dsn = parse_dsn(dsn_text, key=key)
-    if dsn.is_sqlite:
-        from bridge.apps.diff.sqlite_source import SQLiteSource
-
-        return SQLiteSource(Path(dsn.path))
-    from bridge.apps.diff.mysql_source import MySQLSource
-
-    return MySQLSource(dsn.with_password_from_env())

@@ -1,0 +1,302 @@
+"""Database addresses: ``sqlite:`` and ``mysql://`` DSNs, and connecting to a MySQL one.
+
+Forms understood by :func:`parse_dsn`:
+
+=================================================  ==========================================
+``sqlite:///abs/path/file.db``                     SQLite file at ``/abs/path/file.db``
+``sqlite:relative/file.db``                        SQLite file relative to the working directory
+``mysql://user[:password]@host[:port]/database``   MySQL or MariaDB (``mariadb://`` is the same);
+                                                   port 3306 and user ``root`` by default
+=================================================  ==========================================
+
+A MySQL DSN may end in ``?charset=...&connect_timeout=...&unix_socket=...``
+and the TLS parameters below (:data:`MYSQL_PARAMS`); other parameters are
+refused by name.
+
+Every pymysql connection of the project is opened by :meth:`Dsn.connect`
+(arguments: :meth:`Dsn.pymysql_args`), so each honours the DSN's host, port,
+user, password, ``charset``, ``connect_timeout``, ``unix_socket`` and TLS the
+same way.
+
+TLS, named as the MySQL clients name it (:meth:`Dsn.pymysql_tls` turns it
+into pymysql arguments):
+
+=======================================  ==========================================
+``ssl-mode=preferred`` (the default)     TLS when the server offers it, else plaintext
+``ssl-mode=disabled``                    plaintext; no TLS set-up cost per connection
+``ssl-mode=required``                    TLS or no connection; the certificate is not checked
+``ssl-mode=verify-ca``                   ... and the server certificate must chain to ``ssl-ca``
+``ssl-mode=verify-identity``             ... and name the host connected to
+``ssl-ca``, ``ssl-cert``, ``ssl-key``    PEM files: the CA, the client certificate, its key
+=======================================  ==========================================
+
+Refused when parsing: an unknown mode; a TLS file with ``disabled``;
+``ssl-ca`` with a mode that does not verify (it would be ignored);
+``verify-*`` without ``ssl-ca``; ``ssl-cert`` with ``preferred`` (pymysql
+cannot offer a client certificate and still fall back to plaintext);
+``ssl-key`` without ``ssl-cert``; a file that does not exist.
+
+User, password and database are percent-decoded (``%40`` for ``@``). A
+password may stay out of the DSN: :meth:`Dsn.with_password_from_env` fills it
+from an environment variable (the CLI uses ``BRIDGE_UPSTREAM_PASSWORD``).
+:meth:`Dsn.redacted` is the form for logs and errors: it never shows the
+password, and neither do ``str()``, ``repr()`` nor any error raised here.
+"""
+
+from __future__ import annotations
+
+import os
+import ssl
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl, quote, unquote, urlsplit
+
+from bridge.errors import ConfigError
+
+if TYPE_CHECKING:
+    import pymysql.connections
+
+__all__ = ["MYSQL_PARAMS", "PASSWORD_ENV", "SSL_MODES", "Dsn", "parse_dsn", "parse_mysql_dsn"]
+
+PASSWORD_ENV = "BRIDGE_UPSTREAM_PASSWORD"  # noqa: S105 - the variable's name, not a password
+
+_MYSQL_SCHEMES = ("mysql", "mariadb")
+SSL_MODES = ("disabled", "preferred", "required", "verify-ca", "verify-identity")
+_SSL_FILES = ("ssl-ca", "ssl-cert", "ssl-key")
+MYSQL_PARAMS = frozenset(("charset", "connect_timeout", "unix_socket", "ssl-mode", *_SSL_FILES))
+_MYSQL_FORM = "mysql://user[:password]@host[:port]/database"
+_SQLITE_FORM = "sqlite:///absolute/path.db or sqlite:relative/path.db"
+
+
+@dataclass(frozen=True)
+class Dsn:
+    """A parsed upstream address. ``scheme`` is ``"sqlite"`` or ``"mysql"``.
+
+    For SQLite only ``path`` is set; for MySQL ``host``, ``port``, ``user``,
+    ``password`` and ``database`` (which may be empty: no default database).
+    """
+
+    scheme: str
+    host: str = ""
+    port: int = 0
+    user: str = ""
+    password: str = field(default="", repr=False)
+    database: str = ""
+    path: str = ""
+    params: tuple[tuple[str, str], ...] = ()  # MySQL: the ?key=value parameters, in order
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.scheme == "sqlite"
+
+    @property
+    def is_mysql(self) -> bool:
+        return self.scheme == "mysql"
+
+    def with_database(self, database: str) -> Dsn:
+        """The same server with another default database (MySQL)."""
+        return replace(self, database=database)
+
+    def with_password_from_env(self, variable: str = PASSWORD_ENV) -> Dsn:
+        """Fill an empty password from ``variable`` when it is set; a DSN password wins."""
+        if self.password or not self.is_mysql:
+            return self
+        return replace(self, password=os.environ.get(variable, ""))
+
+    def redacted(self) -> str:
+        """The DSN as text for logs and messages, password replaced by ``***``."""
+        if self.is_sqlite:
+            return f"sqlite://{self.path}" if self.path.startswith("/") else f"sqlite:{self.path}"
+        auth = quote(self.user, safe="") + (":***" if self.password else "")
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        query = "&".join(f"{k}={quote(v, safe='/')}" for k, v in self.params)
+        return f"mysql://{auth}@{host}:{self.port}/{quote(self.database, safe='')}" + (
+            f"?{query}" if query else ""
+        )
+
+    def param(self, name: str, default: str = "") -> str:
+        """The value of ``?name=`` (one of :data:`MYSQL_PARAMS`), or ``default``."""
+        return dict(self.params).get(name, default)
+
+    @property
+    def ssl_mode(self) -> str:
+        """One of :data:`SSL_MODES`; ``preferred`` when the DSN names none."""
+        return _normal_ssl_mode(self.param("ssl-mode", "preferred"))
+
+    def pymysql_tls(self) -> dict[str, Any]:
+        """Keyword arguments for ``pymysql.connect`` that give this DSN's TLS mode.
+
+        ``preferred`` is pymysql's own default (no arguments); ``disabled`` is
+        ``ssl_disabled=True``. The other modes pass an :class:`ssl.SSLContext`
+        built here, on every call (a renewed certificate file is read by the
+        next connection): any ``ssl`` argument makes pymysql refuse a server
+        without TLS (``OperationalError`` 2026) instead of falling back to
+        plaintext. A file that cannot be loaded is a :class:`ConfigError`
+        naming its parameter.
+        """
+        mode = self.ssl_mode
+        if mode == "disabled":
+            return {"ssl_disabled": True}
+        if mode == "preferred":
+            return {}
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        context.check_hostname = mode == "verify-identity"
+        if mode == "required":
+            context.verify_mode = ssl.CERT_NONE
+        else:
+            self._load_tls(context.load_verify_locations, "ssl-ca", self.param("ssl-ca"))
+        if cert := self.param("ssl-cert"):
+            self._load_tls(context.load_cert_chain, "ssl-cert", cert, self.param("ssl-key") or None)
+        return {"ssl": context}
+
+    def pymysql_args(self, *, connect_timeout: float = 10.0, **extra: Any) -> dict[str, Any]:
+        """Keyword arguments for ``pymysql.connect`` to this MySQL DSN.
+
+        Host, port, user, password, default database (none when the DSN names
+        none), ``charset`` (``utf8mb4`` unless the DSN sets one),
+        ``unix_socket``, the TLS mode (:meth:`pymysql_tls`) and
+        ``connect_timeout``: the DSN's ``?connect_timeout=`` when given, else
+        the caller's. ``extra`` adds or replaces arguments (``autocommit``,
+        ``read_timeout``, ``cursorclass``, ``database=None`` for no default
+        database, a ``password`` kept outside the DSN, ...).
+        """
+        args: dict[str, Any] = {
+            "host": self.host,
+            "port": self.port,
+            "user": self.user,
+            "password": self.password,
+            "database": self.database or None,
+            "charset": self.param("charset", "utf8mb4"),
+            "unix_socket": self.param("unix_socket") or None,
+            "connect_timeout": float(self.param("connect_timeout") or connect_timeout),
+            **self.pymysql_tls(),
+        }
+        args.update(extra)
+        return args
+
+    def connect(self, *, connect_timeout: float = 10.0, **extra: Any) -> pymysql.connections.Connection[Any]:
+        """A new pymysql connection (:meth:`pymysql_args`); pymysql's errors pass through untranslated.
+
+        Callers translate them into their own error tree at their boundary.
+        """
+        import pymysql  # here: the SQLite paths of the project never load the MySQL driver
+
+        return pymysql.connect(**self.pymysql_args(connect_timeout=connect_timeout, **extra))
+
+    def _load_tls(self, loader: Callable[..., None], name: str, *files: str | None) -> None:
+        """``loader(*files)``, one of an SSLContext's; a failure is a ConfigError naming ``name``."""
+        try:
+            loader(*files)
+        except OSError as exc:  # ssl.SSLError too: not PEM, or a key that does not match
+            given = ", ".join(repr(path) for path in files if path)
+            raise ConfigError(f"{self.redacted()}: {name}: cannot load {given}: {exc}") from exc
+
+    __str__ = redacted
+
+    def __repr__(self) -> str:
+        return f"Dsn({self.redacted()!r})"
+
+
+def parse_dsn(text: str, *, key: str = "dsn") -> Dsn:
+    """Parse an upstream DSN; :class:`ConfigError` naming ``key`` when it is not one.
+
+    Error messages show the expected form, never the text given (it may
+    hold a password).
+    """
+    text = text.strip()
+    scheme, sep, _ = text.partition(":")
+    scheme = scheme.lower()
+    if not sep:
+        raise ConfigError(f"{key}: expected {_SQLITE_FORM} or {_MYSQL_FORM}")
+    if scheme == "sqlite":
+        return _parse_sqlite(text, key)
+    if scheme in _MYSQL_SCHEMES:
+        return _parse_mysql(text, key)
+    raise ConfigError(f"{key}: unknown scheme {scheme!r}; expected sqlite: or mysql://")
+
+
+def parse_mysql_dsn(text: str, *, key: str = "dsn") -> Dsn:
+    """Like :func:`parse_dsn`, but only a ``mysql://`` (or ``mariadb://``) DSN is accepted."""
+    if text.strip().partition(":")[0].lower() not in _MYSQL_SCHEMES:
+        raise ConfigError(f"{key}: expected {_MYSQL_FORM}")
+    return parse_dsn(text, key=key)
+
+
+def _parse_sqlite(text: str, key: str) -> Dsn:
+    rest = text[len("sqlite:") :]
+    if rest.startswith("//"):
+        url = urlsplit(text)
+        if url.netloc:
+            raise ConfigError(f"{key}: a SQLite DSN has no host; expected {_SQLITE_FORM}")
+        path = unquote(url.path)
+    else:
+        path = unquote(rest)
+    if not path or path.endswith("/"):
+        raise ConfigError(f"{key}: no database file; expected {_SQLITE_FORM}")
+    return Dsn(scheme="sqlite", path=path)
+
+
+def _parse_mysql(text: str, key: str) -> Dsn:
+    try:
+        url = urlsplit(text)
+        port = url.port or 3306
+    except ValueError:
+        raise ConfigError(f"{key}: expected {_MYSQL_FORM}") from None
+    if not url.hostname:
+        raise ConfigError(f"{key}: no host; expected {_MYSQL_FORM}")
+    if url.fragment:
+        raise ConfigError(f"{key}: a MySQL DSN takes no #fragment; expected {_MYSQL_FORM}")
+    params = tuple(parse_qsl(url.query, keep_blank_values=True))
+    for name, value in params:
+        if name not in MYSQL_PARAMS:
+            known = ", ".join(sorted(MYSQL_PARAMS))
+            raise ConfigError(f"{key}: unknown parameter {name!r} (known: {known})")
+        if name == "connect_timeout" and not _is_seconds(value):
+            raise ConfigError(f"{key}: connect_timeout must be a number of seconds")
+    _check_tls(dict(params), key)
+    database = unquote(url.path.lstrip("/"))
+    if "/" in database:
+        raise ConfigError(f"{key}: the path must be a single database name; expected {_MYSQL_FORM}")
+    return Dsn(
+        scheme="mysql",
+        host=url.hostname,
+        port=port,
+        user=unquote(url.username) if url.username else "root",
+        password=unquote(url.password) if url.password else "",
+        database=database,
+        params=params,
+    )
+
+
+def _check_tls(params: dict[str, str], key: str) -> None:
+    """Refuse TLS parameters that contradict each other or would be ignored."""
+    mode = _normal_ssl_mode(params.get("ssl-mode", "preferred"))
+    if mode not in SSL_MODES:
+        raise ConfigError(f"{key}: ssl-mode must be one of {', '.join(SSL_MODES)}")
+    files = [name for name in _SSL_FILES if name in params]
+    if mode == "disabled" and files:
+        raise ConfigError(f"{key}: {files[0]} is given but ssl-mode=disabled turns TLS off")
+    if mode.startswith("verify-") and not params.get("ssl-ca"):
+        raise ConfigError(f"{key}: ssl-mode={mode} needs ssl-ca (the CA certificate file)")
+    if "ssl-ca" in params and not mode.startswith("verify-"):
+        raise ConfigError(f"{key}: ssl-ca is used only by ssl-mode=verify-ca or verify-identity")
+    if "ssl-cert" in params and mode == "preferred":
+        raise ConfigError(f"{key}: ssl-cert needs ssl-mode=required, verify-ca or verify-identity")
+    if "ssl-key" in params and not params.get("ssl-cert"):
+        raise ConfigError(f"{key}: ssl-key needs ssl-cert (the client certificate file)")
+    for name in files:
+        if not os.path.isfile(params[name]):
+            raise ConfigError(f"{key}: {name}: no such file {params[name]!r}")
+
+
+def _normal_ssl_mode(text: str) -> str:
+    # The MySQL clients spell the modes VERIFY_CA; accept that spelling too.
+    return text.strip().lower().replace("_", "-")
+
+
+def _is_seconds(text: str) -> bool:
+    try:
+        return float(text) > 0
+    except ValueError:
+        return False
