@@ -33,6 +33,7 @@ import pymysql.err
 
 from bridge.dsn import Dsn, parse_dsn, parse_mysql_dsn
 from bridge.errors import ConfigError
+from bridge.retry import Backoff
 from pump import metrics
 from pump.config import ResolverConfig
 from pump.resolver_base import LostCommitResolver, ResolverError, ResolverUnavailable, StatusTableMissing
@@ -96,7 +97,7 @@ class MySQLStatusResolver:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="resolver-mysql")
 
     async def resolve(self, start_ts: int) -> int | None:
-        backoff = 0.1
+        backoff = Backoff(initial=0.1, cap=2.0)
         attempt = 1
         while True:
             try:
@@ -106,15 +107,11 @@ class MySQLStatusResolver:
             except ResolverUnavailable as exc:
                 if attempt >= self._attempts:
                     raise
+                delay = backoff.next_delay()
                 log.info(
-                    "resolver: %s (attempt %d of %d); retrying in %.1fs",
-                    exc,
-                    attempt,
-                    self._attempts,
-                    backoff,
+                    "resolver: %s (attempt %d of %d); retrying in %.1fs", exc, attempt, self._attempts, delay
                 )
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, 2.0)
+                await asyncio.sleep(delay)
             attempt += 1
 
     async def close(self) -> None:

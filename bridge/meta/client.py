@@ -23,6 +23,7 @@ import grpc
 from bridge.errors import BridgeError, ClusterMismatch, MetaError, MetaUnavailable, NotLeader, ProtocolError
 from bridge.grpcutil import SecurityConfig, aio_channel
 from bridge.proto import meta_pb2, meta_pb2_grpc
+from bridge.retry import Backoff
 from bridge.tso import MAX_LOGICAL
 
 log = logging.getLogger(__name__)
@@ -176,7 +177,7 @@ class MetaClient:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._timeout
         per_attempt = max(self._timeout / 3, 0.5)
-        backoff = _INITIAL_BACKOFF
+        backoff = Backoff(_INITIAL_BACKOFF, _MAX_BACKOFF)
         tried: list[str] = []
         last_error = "no attempt"
         while True:
@@ -202,13 +203,13 @@ class MetaClient:
                 if leader_only:
                     self._leader = addr
                 return result
-            if loop.time() + backoff >= deadline:
+            delay = backoff.next_delay()
+            if loop.time() + delay >= deadline:
                 raise MetaUnavailable(
                     f"no meta leader answered within {self._timeout:g}s "
                     f"(tried {', '.join(tried)}); last error: {last_error}"
                 )
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, _MAX_BACKOFF)
+            await asyncio.sleep(delay)
 
     def _follow(self, addr: str, error: BaseException, queue: list[str], asked: set[str]) -> None:
         """After ``addr`` failed: ask the leader it named next (once per round), or forget it as leader."""

@@ -43,6 +43,7 @@ from bridge.pumpclient.discovery import RegistryWatcher, probe_forever
 from bridge.pumpclient.node import PumpNode
 from bridge.pumpclient.pool import PumpPool
 from bridge.pumpclient.routes import PrewriteRoutes
+from bridge.retry import Backoff
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +65,7 @@ class _Attempts:
         self._loop = asyncio.get_running_loop()
         self._config = config
         self.deadline = self._loop.time() + config.write_timeout
-        self._backoff = config.retry_backoff
+        self._backoff = Backoff(config.retry_backoff, config.retry_backoff_max)
         self.errors: dict[str, str] = {}
 
     def remaining(self) -> float:
@@ -78,8 +79,7 @@ class _Attempts:
         remaining = self.remaining()
         if remaining <= 0:
             return False
-        await asyncio.sleep(min(self._backoff, remaining))
-        self._backoff = min(self._backoff * 2, self._config.retry_backoff_max)
+        await self._backoff.sleep(limit=remaining)
         return self.remaining() > 0
 
     def summary(self) -> str:
