@@ -24,21 +24,21 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x62ridge/proto/binlog.proto\x12\x06\x62inlog\"\xb6\x01\n\rTableMutation\x12\x10\n\x08table_id\x18\x01 \x01(\x03\x12\x15\n\rinserted_rows\x18\x02 \x03(\x0c\x12\x14\n\x0cupdated_rows\x18\x03 \x03(\x0c\x12\x13\n\x0b\x64\x65leted_ids\x18\x04 \x03(\x03\x12\x13\n\x0b\x64\x65leted_pks\x18\x05 \x03(\x0c\x12\x14\n\x0c\x64\x65leted_rows\x18\x06 \x03(\x0c\x12&\n\x08sequence\x18\x07 \x03(\x0e\x32\x14.binlog.MutationType\"Q\n\rPrewriteValue\x12\x16\n\x0eschema_version\x18\x01 \x01(\x03\x12(\n\tmutations\x18\x02 \x03(\x0b\x32\x15.binlog.TableMutation\"\xd7\x01\n\x06\x42inlog\x12\x1e\n\x02tp\x18\x01 \x01(\x0e\x32\x12.binlog.BinlogType\x12\x10\n\x08start_ts\x18\x02 \x01(\x03\x12\x11\n\tcommit_ts\x18\x03 \x01(\x03\x12\x14\n\x0cprewrite_key\x18\x04 \x01(\x0c\x12\x16\n\x0eprewrite_value\x18\x05 \x01(\x0c\x12\x11\n\tddl_query\x18\x06 \x01(\x0c\x12\x12\n\nddl_job_id\x18\x07 \x01(\x03\x12\x18\n\x10\x64\x64l_schema_state\x18\x08 \x01(\x05\x12\x19\n\x11\x64\x64l_schema_change\x18\x14 \x01(\x0c*Q\n\x0cMutationType\x12\n\n\x06Insert\x10\x00\x12\n\n\x06Update\x10\x01\x12\x0c\n\x08\x44\x65leteID\x10\x02\x12\x0c\n\x08\x44\x65letePK\x10\x03\x12\r\n\tDeleteRow\x10\x04*M\n\nBinlogType\x12\x0c\n\x08Prewrite\x10\x00\x12\n\n\x06\x43ommit\x10\x01\x12\x0c\n\x08Rollback\x10\x02\x12\n\n\x06PreDDL\x10\x03\x12\x0b\n\x07PostDDL\x10\x04')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x62ridge/proto/binlog.proto\x12\x06\x62inlog\"\xc8\x01\n\rTableMutation\x12\x10\n\x08table_id\x18\x01 \x01(\x03\x12\x15\n\rinserted_rows\x18\x02 \x03(\x0c\x12\x14\n\x0cupdated_rows\x18\x03 \x03(\x0c\x12\x13\n\x0b\x64\x65leted_ids\x18\x04 \x03(\x03\x12\x13\n\x0b\x64\x65leted_pks\x18\x05 \x03(\x0c\x12\x14\n\x0c\x64\x65leted_rows\x18\x06 \x03(\x0c\x12&\n\x08sequence\x18\x07 \x03(\x0e\x32\x14.binlog.MutationType\x12\x10\n\x08snapshot\x18\x14 \x01(\x08\"Q\n\rPrewriteValue\x12\x16\n\x0eschema_version\x18\x01 \x01(\x03\x12(\n\tmutations\x18\x02 \x03(\x0b\x32\x15.binlog.TableMutation\"\xd7\x01\n\x06\x42inlog\x12\x1e\n\x02tp\x18\x01 \x01(\x0e\x32\x12.binlog.BinlogType\x12\x10\n\x08start_ts\x18\x02 \x01(\x03\x12\x11\n\tcommit_ts\x18\x03 \x01(\x03\x12\x14\n\x0cprewrite_key\x18\x04 \x01(\x0c\x12\x16\n\x0eprewrite_value\x18\x05 \x01(\x0c\x12\x11\n\tddl_query\x18\x06 \x01(\x0c\x12\x12\n\nddl_job_id\x18\x07 \x01(\x03\x12\x18\n\x10\x64\x64l_schema_state\x18\x08 \x01(\x05\x12\x19\n\x11\x64\x64l_schema_change\x18\x14 \x01(\x0c*Q\n\x0cMutationType\x12\n\n\x06Insert\x10\x00\x12\n\n\x06Update\x10\x01\x12\x0c\n\x08\x44\x65leteID\x10\x02\x12\x0c\n\x08\x44\x65letePK\x10\x03\x12\r\n\tDeleteRow\x10\x04*M\n\nBinlogType\x12\x0c\n\x08Prewrite\x10\x00\x12\n\n\x06\x43ommit\x10\x01\x12\x0c\n\x08Rollback\x10\x02\x12\n\n\x06PreDDL\x10\x03\x12\x0b\n\x07PostDDL\x10\x04')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'bridge.proto.binlog_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_MUTATIONTYPE']._serialized_start=523
-  _globals['_MUTATIONTYPE']._serialized_end=604
-  _globals['_BINLOGTYPE']._serialized_start=606
-  _globals['_BINLOGTYPE']._serialized_end=683
+  _globals['_MUTATIONTYPE']._serialized_start=541
+  _globals['_MUTATIONTYPE']._serialized_end=622
+  _globals['_BINLOGTYPE']._serialized_start=624
+  _globals['_BINLOGTYPE']._serialized_end=701
   _globals['_TABLEMUTATION']._serialized_start=38
-  _globals['_TABLEMUTATION']._serialized_end=220
-  _globals['_PREWRITEVALUE']._serialized_start=222
-  _globals['_PREWRITEVALUE']._serialized_end=303
-  _globals['_BINLOG']._serialized_start=306
-  _globals['_BINLOG']._serialized_end=521
+  _globals['_TABLEMUTATION']._serialized_end=238
+  _globals['_PREWRITEVALUE']._serialized_start=240
+  _globals['_PREWRITEVALUE']._serialized_end=321
+  _globals['_BINLOG']._serialized_start=324
+  _globals['_BINLOG']._serialized_end=539
 # @@protoc_insertion_point(module_scope)

@@ -34,7 +34,7 @@ PreDDL: BinlogType
 PostDDL: BinlogType
 
 class TableMutation(_message.Message):
-    __slots__ = ("table_id", "inserted_rows", "updated_rows", "deleted_ids", "deleted_pks", "deleted_rows", "sequence")
+    __slots__ = ("table_id", "inserted_rows", "updated_rows", "deleted_ids", "deleted_pks", "deleted_rows", "sequence", "snapshot")
     TABLE_ID_FIELD_NUMBER: _ClassVar[int]
     INSERTED_ROWS_FIELD_NUMBER: _ClassVar[int]
     UPDATED_ROWS_FIELD_NUMBER: _ClassVar[int]
@@ -42,6 +42,7 @@ class TableMutation(_message.Message):
     DELETED_PKS_FIELD_NUMBER: _ClassVar[int]
     DELETED_ROWS_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
     table_id: int
     inserted_rows: _containers.RepeatedScalarFieldContainer[bytes]
     updated_rows: _containers.RepeatedScalarFieldContainer[bytes]
@@ -49,7 +50,8 @@ class TableMutation(_message.Message):
     deleted_pks: _containers.RepeatedScalarFieldContainer[bytes]
     deleted_rows: _containers.RepeatedScalarFieldContainer[bytes]
     sequence: _containers.RepeatedScalarFieldContainer[MutationType]
-    def __init__(self, table_id: _Optional[int] = ..., inserted_rows: _Optional[_Iterable[bytes]] = ..., updated_rows: _Optional[_Iterable[bytes]] = ..., deleted_ids: _Optional[_Iterable[int]] = ..., deleted_pks: _Optional[_Iterable[bytes]] = ..., deleted_rows: _Optional[_Iterable[bytes]] = ..., sequence: _Optional[_Iterable[_Union[MutationType, str]]] = ...) -> None: ...
+    snapshot: bool
+    def __init__(self, table_id: _Optional[int] = ..., inserted_rows: _Optional[_Iterable[bytes]] = ..., updated_rows: _Optional[_Iterable[bytes]] = ..., deleted_ids: _Optional[_Iterable[int]] = ..., deleted_pks: _Optional[_Iterable[bytes]] = ..., deleted_rows: _Optional[_Iterable[bytes]] = ..., sequence: _Optional[_Iterable[_Union[MutationType, str]]] = ..., snapshot: _Optional[bool] = ...) -> None: ...
 
 class PrewriteValue(_message.Message):
     __slots__ = ("schema_version", "mutations")

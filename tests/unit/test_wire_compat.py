@@ -64,7 +64,11 @@ REFERENCE: dict[Any, dict[str, tuple[int, int, bool, str]]] = {
 }
 
 # Our additions, each on a number the original does not use.
-ADDITIONS = {"binlog.Binlog": {"ddl_schema_change": 20}, "binlog.PullBinlogResp": {"entities": 2}}
+ADDITIONS = {
+    "binlog.Binlog": {"ddl_schema_change": 20},
+    "binlog.TableMutation": {"snapshot": 20},
+    "binlog.PullBinlogResp": {"entities": 2},
+}
 
 
 def described(field: FieldDescriptor) -> tuple[int, int, bool, str]:
