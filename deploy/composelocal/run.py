@@ -1,0 +1,220 @@
+"""Run docker-compose.yml's topology as local processes, in depends_on order, ending with verify.
+
+Project services (those the file builds from the Dockerfile) run their own
+``command`` with their own mounted configs, rewritten by
+:mod:`composelocal.remap`; their healthchecks are run the same way to know
+when they are up, and a one-shot service (``restart: "no"``) must exit 0
+before what depends on it starts. Third-party images with a local stand-in
+(MariaDB for mariadb/mysql, the Tansu broker for apache/kafka, Redis, etcd)
+are started by :mod:`composelocal.infra`; the others (Schema Registry,
+Prometheus, Grafana, TiDB) cannot run here and are skipped, and the
+interpolation environment (:data:`LOCAL_ENV`) makes the file do without them.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from composelocal.compose import ComposeFile, Service, start_order
+from composelocal.infra import LocalServices
+from composelocal.remap import HOST_PORT, PortMap, Rewriter
+
+# What the file reads from the environment, as a local run sets it: the local servers have no
+# passwords, and with no Schema Registry the Kafka drainer uses single-object encoding.
+LOCAL_ENV = {
+    "BRIDGE_MYSQL_PASSWORD": "",
+    "BRIDGE_REDIS_PASSWORD": "",
+    "BRIDGE_GRAFANA_PASSWORD": "",
+    "BRIDGE_SCHEMA_REGISTRY_URL": "",
+}
+# The container port each local stand-in serves.
+KIND_PORT = {"mariadb": 3306, "kafka": 9092, "redis": 6379, "etcd": 2379}
+HEALTH_POLL = 0.5
+
+
+@dataclass
+class Running:
+    service: Service
+    process: subprocess.Popen[bytes]
+    log: Path
+
+
+@dataclass
+class LocalRun:
+    compose: ComposeFile
+    run_dir: Path
+    timeout: float = 240.0
+    say: Callable[[str], None] = lambda line: print(f"compose-local: {line}", file=sys.stderr, flush=True)
+    ports: PortMap = field(default_factory=PortMap)
+    running: list[Running] = field(default_factory=list)
+
+    def local_services(self) -> list[str]:
+        """The services this run starts, in start order."""
+        order = start_order(self.compose)
+        return [
+            n for n in order if self.compose.services[n].is_project or self.compose.services[n].local_kind
+        ]
+
+    def skipped(self) -> list[str]:
+        return [n for n in self.compose.services if n not in self.local_services()]
+
+    def execute(self, infra: LocalServices) -> int:
+        """Start everything, run the one-shots, and return verify's exit status."""
+        names = self.local_services()
+        if not names or names[-1] != "verify":
+            raise RuntimeError(f"the last service to start must be verify, not {names[-1:]}")
+        self.say(f"not run here: {', '.join(self.skipped()) or 'nothing'}")
+        self.ports.services = frozenset(names)
+        for name in names:
+            service = self.compose.services[name]
+            if service.local_kind:
+                port = infra.start(service.local_kind)
+                self.ports.ports[(name, KIND_PORT[service.local_kind])] = port
+                self.say(f"{name}: local {service.local_kind} on 127.0.0.1:{port}")
+            else:
+                self.ports.assign(name, service.expose)
+        status = 0
+        for name in names:
+            service = self.compose.services[name]
+            if service.is_project:
+                status = self._start(service)
+        return status
+
+    def _start(self, service: Service) -> int:
+        rewriter = self.rewriter(service)
+        argv = rewriter.argv(service.command)
+        env = self.environment(service, rewriter)
+        work = self.run_dir / "work" / service.name
+        work.mkdir(parents=True, exist_ok=True)
+        log = self.run_dir / "logs" / f"{service.name}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("ab") as out:
+            out.write(f"$ {' '.join(argv)}\n".encode())
+            out.flush()
+            process = subprocess.Popen(
+                argv, cwd=work, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        running = Running(service, process, log)
+        started = time.monotonic()
+        if service.one_shot:
+            status = self._wait_exit(running)
+            self.say(f"{service.name}: exited {status} after {time.monotonic() - started:.1f}s (log {log})")
+            if service.name == "verify":
+                sys.stdout.write(log.read_text())
+            elif status != 0:
+                raise RuntimeError(f"{service.name} failed with status {status}:\n{_tail(log)}")
+            return status
+        self.running.append(running)
+        self._wait_healthy(running, rewriter, env)
+        self.say(f"{service.name}: healthy after {time.monotonic() - started:.1f}s (pid {process.pid})")
+        return 0
+
+    def rewriter(self, service: Service) -> Rewriter:
+        """The rewriter for ``service``, its mounts materialised under the run folder."""
+        paths: dict[str, str] = {}
+        files: list[tuple[Path, str]] = []
+        for mount in service.mounts:
+            if mount.kind == "volume":
+                local = self.run_dir / "volumes" / mount.source
+                local.mkdir(parents=True, exist_ok=True)
+            elif mount.kind == "bind" and (self.compose.root / mount.source).is_dir():
+                local = (self.compose.root / mount.source).resolve()
+            else:
+                local = self.run_dir / "config" / service.name / Path(mount.target).name
+                files.append((local, self._mount_text(mount.kind, mount.source)))
+            paths[mount.target] = str(local)
+        rewriter = Rewriter(service.name, self.ports, paths)
+        for local, text in files:
+            local.parent.mkdir(parents=True, exist_ok=True)
+            local.write_text(rewriter.text(text))
+        return rewriter
+
+    def _mount_text(self, kind: str, source: str) -> str:
+        if kind == "config":
+            content = self.compose.config_content(source)
+            if content is not None:
+                return content
+            path = self.compose.config_file(source)
+            if path is None:
+                raise RuntimeError(f"config {source}: neither content nor file")
+            return path.read_text()
+        return (self.compose.root / source).read_text()
+
+    def environment(self, service: Service, rewriter: Rewriter) -> dict[str, str]:
+        base = {k: v for k, v in os.environ.items() if not k.startswith("BRIDGE_")}
+        venv_bin = str(Path(sys.executable).parent)
+        base["PATH"] = f"{venv_bin}{os.pathsep}{base.get('PATH', '')}"
+        # What the spark image sets in its Dockerfile, and what Spark needs on one machine.
+        base.update(PYTHONUNBUFFERED="1", PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
+        return {**base, **rewriter.environment(service.environment)}
+
+    def _wait_exit(self, running: Running) -> int:
+        try:
+            return running.process.wait(timeout=self.timeout)
+        except subprocess.TimeoutExpired:
+            _stop(running.process, 5)
+            raise RuntimeError(f"{running.service.name}: still running after {self.timeout:.0f}s") from None
+
+    def _wait_healthy(self, running: Running, rewriter: Rewriter, env: dict[str, str]) -> None:
+        check = running.service.healthcheck
+        if check is None:
+            return
+        argv = rewriter.argv(check)
+        deadline = time.monotonic() + self.timeout
+        while time.monotonic() < deadline:
+            if running.process.poll() is not None:
+                raise RuntimeError(f"{running.service.name} exited during start:\n{_tail(running.log)}")
+            done = subprocess.run(argv, env=env, capture_output=True, timeout=30, check=False)
+            if done.returncode == 0:
+                return
+            time.sleep(HEALTH_POLL)
+        raise RuntimeError(
+            f"{running.service.name}: not healthy after {self.timeout:.0f}s:\n{_tail(running.log)}"
+        )
+
+    def scrape(self, prometheus_config: Path) -> dict[str, dict[str, str]]:
+        """``{job: {target: /metrics text}}`` for every target of ``prometheus_config`` running here."""
+        config = yaml.safe_load(prometheus_config.read_text())
+        scraped: dict[str, dict[str, str]] = {}
+        for job in config.get("scrape_configs", []):
+            path = job.get("metrics_path", "/metrics")
+            for group in job.get("static_configs", []):
+                for target in group.get("targets", []):
+                    match = HOST_PORT.fullmatch(target)
+                    port = match and self.ports.local(match.group(1), int(match.group(2)))
+                    if not port:
+                        continue
+                    url = f"http://127.0.0.1:{port}{path}"
+                    with urllib.request.urlopen(url, timeout=10) as reply:
+                        scraped.setdefault(job["job_name"], {})[target] = reply.read().decode()
+        return scraped
+
+    def stop(self) -> None:
+        """SIGTERM every long-running process, newest first; SIGKILL what is left after 20 s."""
+        for running in reversed(self.running):
+            _stop(running.process, 20)
+
+
+def _stop(process: subprocess.Popen[bytes], grace: float) -> None:
+    if process.poll() is not None:
+        return
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+def _tail(log: Path, lines: int = 30) -> str:
+    return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
