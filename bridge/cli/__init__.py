@@ -30,6 +30,7 @@ SUBCOMMANDS: dict[str, str] = {
     "replay": "bridge.cli.replay",
     "demo": "bridge.cli.demo",
     "consume": "bridge.cli.consume",
+    "capture": "bridge.cli.capture",
 }
 
 
