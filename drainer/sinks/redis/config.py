@@ -195,7 +195,7 @@ class RedisSinkConfig:
             check_addr(node, f"{PREFIX}cluster-nodes[{i}]")
         if self.cluster_nodes and not self.cluster:
             raise ConfigError(f"{PREFIX}cluster-nodes: only with cluster = true")
-        if self.cluster and self.database() != 0:
+        if self.database() != 0 and self.cluster:
             raise ConfigError(f"{PREFIX}db: a Redis Cluster has database 0 only, got {self.database()}")
         if parts.scheme != "rediss" and (self.tls_ca_file or self.tls_cert_file or self.tls_key_file):
             raise ConfigError(f"{PREFIX}tls-ca-file: TLS settings need a rediss:// url")

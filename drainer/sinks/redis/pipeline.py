@@ -212,7 +212,6 @@ class Delivery:
             self.metrics.keys.labels(mode).inc(count)
         for mode, count in messages.items():
             self.metrics.messages.labels(mode).inc(count)
-        self.metrics.durable_ts.set(self.durable)
 
     # -- scanning ----------------------------------------------------------------------
 

@@ -150,6 +150,8 @@ class RedisSink(Sink):
                 f"{failure}; the checkpoint stays at commit_ts {delivery.durable} and the unflushed "
                 "events are written again"
             ) from failure
+        assert self._metrics is not None
+        self._metrics.durable_ts.set(delivery.durable)
         self._mirror(delivery.durable)
         return delivery.durable
 

@@ -1,0 +1,328 @@
+"""The redis sink against a real Redis, driven with hand-built events: invalidation of before and
+after keys, publish and stream read by plain redis-py clients, upsert, DDL (a dropped template
+column stops the sink below the DDL; TRUNCATE deletes the table's keys), refused commands, an
+outage of a private redis-server, the checkpoint mirror. Each test uses a key prefix of its own."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from prometheus_client import CollectorRegistry
+
+from bridge.errors import ConfigError
+from bridge.proto import row_pb2
+from bridge.sink.contract import SinkContext
+from bridge.sink.errors import SinkApplyError, SinkUnavailable
+from bridge.sink.events import Event, ResolvedEvent
+from drainer.sinks.redis import RedisSink
+from tests.support.redis_server import RedisServer, ddl, delete, insert, next_ts, txn, update
+
+pytestmark = pytest.mark.redis
+
+T = row_pb2.ColumnType
+Change = row_pb2.SchemaChange
+
+
+def users_table(db: str, extra: tuple[str, ...] = ("email", "name")) -> row_pb2.TableSchema:
+    table = row_pb2.TableSchema(table_id=7, db=db, table="users")
+    table.columns.add(id=1, name="id", type=T.BIGINT)
+    for n, name in enumerate(extra, 2):
+        table.columns.add(id=n, name=name, type=T.VARCHAR, length=64, nullable=True)
+    table.max_column_id = len(extra) + 1
+    table.indexes.add(name="PRIMARY", primary=True, unique=True, columns=["id"])
+    return table
+
+
+class Harness:
+    """A sink opened on one test's prefix, and a plain client to look at Redis with."""
+
+    def __init__(self, url: str, prefix: str, tmp_path: Path) -> None:
+        self.url = url
+        self.prefix = prefix
+        self.tmp_path = tmp_path
+        self.client = redis.Redis.from_url(url, decode_responses=True)
+        self.users = users_table(prefix)
+        self.sink: RedisSink | None = None
+        self.registry = CollectorRegistry()
+
+    def open(
+        self, rules: list[dict[str, Any]], tables: tuple[row_pb2.TableSchema, ...] = (), **settings: Any
+    ) -> RedisSink:
+        config = {"url": self.url, "rules": rules, **settings}
+        self.sink = RedisSink(config, self.tmp_path)
+        context = SinkContext(resume_ts=1, cluster_id=5, tables=tables or (self.users,),
+                              metrics_registry=self.registry)  # fmt: skip
+        self.sink.open(context)
+        return self.sink
+
+    def keys(self) -> set[str]:
+        return set(self.client.scan_iter(match=f"{self.prefix}*", count=1000))
+
+    def seed(self, *keys: str) -> None:
+        self.client.mset({key: "cached" for key in keys})
+
+    def apply(self, events: list[Event]) -> int:
+        assert self.sink is not None
+        self.sink.write(events)
+        return self.sink.flush()
+
+    def close(self) -> None:
+        if self.sink is not None:
+            self.sink.close()
+        keys = self.keys() | set(self.client.scan_iter(match=f"*{self.prefix}*", count=1000))
+        if keys:
+            self.client.delete(*keys)
+        self.client.close()
+
+
+@pytest.fixture
+def harness(redis_url: str, unique_name: str, tmp_path: Path) -> Iterator[Harness]:
+    h = Harness(redis_url, unique_name, tmp_path)
+    yield h
+    h.close()
+
+
+def user_rules(prefix: str, **extra: Any) -> list[dict[str, Any]]:
+    return [
+        {
+            "db": prefix,
+            "table": "users",
+            "keys": [f"{prefix}:user:{{id}}", f"{prefix}:email:{{email}}"],
+            **extra,
+        }
+    ]
+
+
+def test_invalidates_exactly_the_before_and_after_keys(harness: Harness) -> None:
+    p, users = harness.prefix, harness.users
+    harness.open(user_rules(p))
+    harness.seed(*(f"{p}:user:{i}" for i in range(1, 7)), *(f"{p}:email:{i}@x" for i in range(1, 7)),
+                 f"{p}:email:new@x", f"{p}:user:60")  # fmt: skip
+    ts = [next_ts() for _ in range(4)]
+    events: list[Event] = [
+        txn(ts[0], [update(users, (1, "1@x", "a"), (1, "new@x", "a"))]),  # a unique column changes
+        txn(ts[1], [update(users, (2, "2@x", "b"), (60, "2@x", "b"))]),  # the primary key changes
+        txn(ts[2], [delete(users, 3, "3@x", "c"), insert(users, 7, None, "d")]),
+        ResolvedEvent(ts[3]),
+    ]
+    assert harness.apply(events) == ts[3]
+    untouched = {f"{p}:user:{i}" for i in (4, 5, 6)} | {f"{p}:email:{i}@x" for i in (4, 5, 6)}
+    assert harness.keys() == untouched
+
+
+def test_a_large_transaction_spans_pipelines_and_its_position_moves_at_its_end(harness: Harness) -> None:
+    p, users = harness.prefix, harness.users
+    harness.open(user_rules(p), **{"batch-commands": 100, "del-batch-keys": 7})
+    harness.seed(*(f"{p}:user:{i}" for i in range(2000)), f"{p}:user:keep")
+    big = next_ts()
+    assert harness.apply([txn(big, [delete(users, i, None, "") for i in range(2000)])]) == big
+    assert harness.keys() == {f"{p}:user:keep"}
+    samples = {s.name: s.value for m in harness.registry.collect() for s in m.samples}
+    assert samples["bridge_sink_redis_durable_ts"] == big
+    assert harness.registry.get_sample_value("bridge_sink_redis_keys_total", {"mode": "invalidate"}) == 4000
+
+
+def subscribe(harness: Harness, channel: str) -> tuple[list[dict[str, Any]], threading.Event, Any]:
+    """A plain redis-py subscriber collecting JSON messages of ``channel`` on a thread."""
+    pubsub = harness.client.pubsub()
+    pubsub.subscribe(channel)
+    assert pubsub.get_message(timeout=5)["type"] == "subscribe"  # type: ignore[index]
+    got: list[dict[str, Any]] = []
+    stop = threading.Event()
+
+    def listen() -> None:
+        while not stop.is_set():
+            message = pubsub.get_message(timeout=0.1)
+            if message and message["type"] == "message":
+                got.append(json.loads(message["data"]))
+
+    thread = threading.Thread(target=listen, daemon=True)
+    thread.start()
+    return got, stop, (pubsub, thread)
+
+
+def test_publish_per_row_reaches_a_plain_subscriber_in_commit_order(harness: Harness) -> None:
+    p, users = harness.prefix, harness.users
+    harness.open(user_rules(p, modes=["invalidate", "publish"], channel=f"{p}:ch:{{table}}"))
+    got, stop, (pubsub, thread) = subscribe(harness, f"{p}:ch:users")
+    ts = [next_ts() for _ in range(30)]
+    harness.apply(
+        [txn(t, [update(users, (1, f"{n}@x", None), (1, f"{n + 1}@x", None))]) for n, t in enumerate(ts)]
+    )
+    deadline = threading.Event()
+    for _ in range(100):
+        if len(got) >= 30:
+            break
+        deadline.wait(0.05)
+    stop.set()
+    thread.join()
+    pubsub.close()
+    assert [m["commit_ts"] for m in got] == ts
+    first = got[0]
+    assert first["op"] == "update" and first["db"] == p and first["table"] == "users" and first["pos"] == 0
+    assert first["before"] == {"id": 1, "email": "0@x", "name": None}
+    assert first["after"] == {"id": 1, "email": "1@x", "name": None}
+    assert first["keys"] == [f"{p}:user:1", f"{p}:email:0@x", f"{p}:email:1@x"]
+    assert first["cluster_id"] == 5
+
+
+def test_publish_per_transaction_sends_one_message_per_channel(harness: Harness) -> None:
+    p, users = harness.prefix, harness.users
+    harness.open(user_rules(p, modes=["publish"], channel=f"{p}:txn", **{"publish-per": "transaction"}))
+    got, stop, (pubsub, thread) = subscribe(harness, f"{p}:txn")
+    ts = next_ts()
+    harness.apply([txn(ts, [insert(users, i, None, "n") for i in range(2500)])])
+    for _ in range(100):
+        if got and got[-1]["last"]:
+            break
+        threading.Event().wait(0.05)
+    stop.set()
+    thread.join()
+    pubsub.close()
+    assert [(m["part"], m["last"], len(m["changes"])) for m in got] == [
+        (0, False, 1000),
+        (1, False, 1000),
+        (2, True, 500),
+    ]
+    assert {m["commit_ts"] for m in got} == {ts}
+    assert [c["pos"] for m in got for c in m["changes"]] == list(range(2500))
+
+
+def test_stream_entries_read_by_xread_in_commit_order_with_trimming(harness: Harness) -> None:
+    p, users = harness.prefix, harness.users
+    stream = f"{p}:stream:{{db}}:{{table}}"
+    harness.open(user_rules(p, modes=["stream"], stream=stream, **{"stream-maxlen": 100000}))
+    ts = [next_ts() for _ in range(20)]
+    events: list[Event] = [
+        txn(t, [insert(users, n, f"{n}@x", None), delete(users, n, f"{n}@x", None)]) for n, t in enumerate(ts)
+    ]
+    harness.apply(events)
+    [(_, entries)] = harness.client.xread({f"{p}:stream:{p}:users": "0"}, count=1000)
+    fields = [f for _, f in entries]
+    assert [(int(f["commit_ts"]), int(f["pos"])) for f in fields] == [(t, pos) for t in ts for pos in (0, 1)]
+    assert [f["op"] for f in fields[:2]] == ["insert", "delete"]
+    assert json.loads(fields[0]["key"]) == {"id": 0}
+    assert json.loads(fields[0]["after"]) == {"id": 0, "email": "0@x", "name": None}
+    assert json.loads(fields[1]["before"])["email"] == "0@x" and json.loads(fields[1]["after"]) is None
+    assert json.loads(fields[0]["keys"]) == [f"{p}:user:0", f"{p}:email:0@x"]
+
+
+def test_upsert_writes_the_after_image_and_deletes_with_the_row(harness: Harness) -> None:
+    p, users = harness.prefix, harness.users
+    rules = [
+        {"db": p, "table": "users", "keys": [f"{p}:json:{{id}}"], "modes": ["upsert"], "upsert-ttl": "1h"},
+        {
+            "db": p,
+            "table": "users",
+            "keys": [f"{p}:hash:{{id}}"],
+            "modes": ["upsert"],
+            "upsert-format": "hash",
+        },
+    ]
+    harness.open(rules)
+    ts = [next_ts() for _ in range(3)]
+    harness.apply([txn(ts[0], [insert(users, 1, "a@x", None), insert(users, 2, "b@x", "bee")]),
+                   txn(ts[1], [update(users, (1, "a@x", None), (10, "a@x", "ay"))]),
+                   txn(ts[2], [delete(users, 2, "b@x", "bee")])])  # fmt: skip
+    assert harness.keys() == {f"{p}:json:10", f"{p}:hash:10"}
+    assert json.loads(harness.client.get(f"{p}:json:10")) == {"id": 10, "email": "a@x", "name": "ay"}  # type: ignore[arg-type]
+    assert 0 < harness.client.pttl(f"{p}:json:10") <= 3_600_000
+    assert harness.client.hgetall(f"{p}:hash:10") == {"id": "10", "email": "a@x", "name": "ay"}
+    assert harness.client.pttl(f"{p}:hash:10") == -1
+
+
+def test_a_dropped_template_column_stops_the_sink_below_the_ddl(harness: Harness) -> None:
+    p, users = harness.prefix, harness.users
+    sink = harness.open(user_rules(p))
+    harness.seed(f"{p}:user:1")
+    before, at = next_ts(), next_ts()
+    dropped = users_table(p, extra=("name",))
+    sink.write([txn(before, [delete(users, 1, "1@x", None)])])
+    with pytest.raises(ConfigError) as raised:
+        sink.write([ddl(at, Change.ALTER_TABLE, users, dropped, "ALTER TABLE users DROP COLUMN email")])
+    text = str(raised.value)
+    for part in (
+        "sink.redis.rules[0]",
+        f"{p}.users",
+        "{email}",
+        f"commit_ts {at}",
+        "DROP COLUMN email",
+        "fix the rule",
+    ):
+        assert part in text, text
+    assert not raised.value.retriable
+    assert sink.flush() == before  # everything before the DDL applied; the checkpoint stays below it
+    assert harness.keys() == set()
+
+
+def test_open_refuses_a_rule_that_does_not_fit_a_known_table(harness: Harness) -> None:
+    p = harness.prefix
+    with pytest.raises(
+        ConfigError, match=rf"rules\[0\].*{{phone}}.*{p}.users has no column 'phone'.*at start-up"
+    ):
+        harness.open([{"db": p, "table": "users", "keys": ["u:{phone}"]}])
+
+
+def test_truncate_deletes_the_tables_keys_by_scan_and_nothing_else(harness: Harness) -> None:
+    p, users = harness.prefix, harness.users
+    harness.open([{"db": p, "table": "users", "keys": [f"{p}:user:{{id}}"]}])
+    harness.seed(*(f"{p}:user:{i}" for i in range(3000)), f"{p}:other:1", f"{p}:user")
+    assert harness.apply([ddl(next_ts(), Change.TRUNCATE_TABLE, users, users, "TRUNCATE users")]) > 0
+    assert harness.keys() == {f"{p}:other:1", f"{p}:user"}
+
+
+def test_a_refused_command_names_table_and_commit_ts_and_stops(harness: Harness) -> None:
+    p, users = harness.prefix, harness.users
+    harness.open([{"db": p, "table": "users", "modes": ["stream"], "stream": f"{p}:s"}])
+    harness.client.set(f"{p}:s", "a string, not a stream")
+    ts = next_ts()
+    assert harness.sink is not None
+    harness.sink.write([txn(ts, [insert(users, 1, None, None)])])
+    with pytest.raises(
+        SinkApplyError, match=rf"commit_ts {ts}: table {p}.users: Redis refused XADD .stream, .*WRONGTYPE"
+    ):
+        harness.sink.flush()
+
+
+def test_checkpoint_mirror_follows_the_durable_position(harness: Harness) -> None:
+    p, users = harness.prefix, harness.users
+    harness.open(user_rules(p), **{"checkpoint-key": f"{p}:checkpoint"})
+    ts = next_ts()
+    harness.apply([txn(ts, [insert(users, 1, None, None)])])
+    mirror = json.loads(harness.client.get(f"{p}:checkpoint"))  # type: ignore[arg-type]
+    assert mirror["commit_ts"] == ts and mirror["cluster_id"] == 5 and mirror["updated_ms"] > 0
+
+
+def test_an_outage_fails_the_flush_and_the_rewritten_events_apply_after_it(
+    tmp_path: Path, unique_name: str
+) -> None:
+    server = RedisServer(tmp_path / "redis")
+    server.start()
+    try:
+        harness = Harness(server.url, unique_name, tmp_path)
+        p, users = harness.prefix, harness.users
+        sink = harness.open(user_rules(p), **{"batch-commands": 1})
+        harness.seed(f"{p}:user:1", f"{p}:user:2", f"{p}:user:3")
+        first, second = next_ts(), next_ts()
+        assert harness.apply([txn(first, [delete(users, 1, None, None)])]) == first
+        server.kill()
+        unflushed: list[Event] = [txn(second, [delete(users, 2, None, None)])]
+        sink.write(unflushed)  # the pipeline fails here; write keeps quiet, the flush tells
+        with pytest.raises(SinkUnavailable, match=rf"checkpoint stays at commit_ts {first}") as raised:
+            sink.flush()
+        assert raised.value.retriable
+        server.start()
+        harness.client = server.client()
+        harness.client.set(f"{p}:user:2", "cached again while the drainer was down")
+        sink.write(unflushed)  # the sink driver writes every unflushed event again
+        assert sink.flush() == second
+        assert {k.decode() for k in harness.client.keys(f"{p}*")} == set()
+    finally:
+        sink.close()
+        server.kill()

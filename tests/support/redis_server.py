@@ -1,0 +1,91 @@
+"""A private ``redis-server`` (its own port and dir) for tests that stop, kill or restart it,
+and row-change events built by hand for driving the redis sink without a drainer."""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+
+import redis
+
+from bridge.proto import row_pb2
+from bridge.sink.events import DDLEvent, RowChange, TxnEvent
+from tests.support.process import ChildProcess, free_port, wait_until
+
+
+class RedisServer:
+    """``redis-server`` as a child process on a fixed port across restarts; no persistence."""
+
+    def __init__(self, workdir: Path, port: int | None = None) -> None:
+        self.workdir = workdir
+        self.port = port or free_port()
+        self.child: ChildProcess | None = None
+        self.starts = 0
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        binary = shutil.which("redis-server") or "/usr/bin/redis-server"
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.starts += 1
+        argv = [binary, "--bind", "127.0.0.1", "--port", str(self.port), "--save", "", "--appendonly", "no",
+                "--dir", str(self.workdir)]  # fmt: skip
+        self.child = ChildProcess(argv, self.workdir / f"redis.{self.starts}.log")
+        self.child.wait_for_line(r"Ready to accept connections", timeout=30)
+        wait_until(lambda: self.client().ping(), timeout=30, what=f"redis-server on port {self.port}")
+
+    def kill(self) -> None:
+        """SIGKILL: connections drop at once; nothing of the data survives (no persistence)."""
+        if self.child is not None:
+            self.child.kill()
+            self.child.stop()
+            self.child = None
+
+    def client(self) -> redis.Redis:
+        return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=10)
+
+
+_TS = itertools.count(1_000_000)
+
+
+def next_ts() -> int:
+    """An increasing timestamp for hand-built events (one test process)."""
+    return next(_TS) << 18
+
+
+def txn(commit_ts: int, changes: Sequence[RowChange]) -> TxnEvent:
+    rows = list(changes)
+    return TxnEvent(commit_ts - 1, commit_ts, b"", lambda: iter(rows), len(rows))
+
+
+def insert(table: row_pb2.TableSchema, *after: object) -> RowChange:
+    return RowChange("insert", table, None, tuple(after))
+
+
+def update(table: row_pb2.TableSchema, before: Sequence[object], after: Sequence[object]) -> RowChange:
+    return RowChange("update", table, tuple(before), tuple(after))
+
+
+def delete(table: row_pb2.TableSchema, *before: object) -> RowChange:
+    return RowChange("delete", table, tuple(before), None)
+
+
+def ddl(
+    commit_ts: int,
+    kind: int,
+    before: row_pb2.TableSchema | None,
+    after: row_pb2.TableSchema | None,
+    query: str = "",
+) -> DDLEvent:
+    named = after if after is not None else before
+    assert named is not None
+    change = row_pb2.SchemaChange(kind=kind, db=named.db, table=named.table)
+    if after is not None:
+        change.table_schema.CopyFrom(after)
+    return DDLEvent(
+        commit_ts - 1, commit_ts, b"", query or f"DDL {kind} {named.table}", change, before, after
+    )
