@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import sys
 import threading
 from typing import Any
@@ -21,11 +20,12 @@ from typing import Any
 from bridge.apps.load.options import LoadOptions, parse_mix
 from bridge.apps.load.runner import LoadRunner, create_schema
 from bridge.apps.load.stats import Progress, Stats, summary
-from bridge.errors import BridgeError
 from bridge.dsn import PASSWORD_ENV, parse_dsn
+from bridge.errors import BridgeError
 from bridge.producer.open import open_upstream
 from bridge.producer.writer import TxnWriter
 from bridge.pumpclient import PumpClientConfig, PumpsClient
+from bridge.startup import stop_on_signals
 
 log = logging.getLogger(__name__)
 
@@ -84,9 +84,6 @@ def options_from(args: argparse.Namespace) -> LoadOptions:
 def run(args: argparse.Namespace) -> int:
     options = options_from(args)
     dsn = parse_dsn(args.upstream, key="--upstream").with_password_from_env()
-    stop = threading.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stop.set())
     if dsn.is_mysql:
         from bridge.producer.mysql import create_database
 
@@ -94,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
             log.info("created database %s", dsn.database)
     stats = Stats()
     config = PumpClientConfig(write_timeout=args.write_timeout)
-    with PumpsClient(args.meta, config) as pumps:
+    with stop_on_signals("load") as stop, PumpsClient(args.meta, config) as pumps:
         writer = TxnWriter(open_upstream(dsn), pumps)
         try:
             runner, elapsed = _run(writer, options, stats, stop, args.progress_interval)

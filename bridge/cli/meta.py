@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ from typing import Any
 from bridge.apps.meta.config import MetaConfig
 from bridge.apps.meta.server import MetaServer
 from bridge.config import describe, load
+from bridge.startup import run_until_stopped
 
 log = logging.getLogger(__name__)
 
@@ -55,16 +55,11 @@ def run(args: argparse.Namespace) -> int:
     config = load_config(args)
     for line in describe(config):
         log.debug("config: %s", line)
-    asyncio.run(serve(config))
-    return 0
+    return run_until_stopped(lambda stop: serve(config, stop))
 
 
-async def serve(config: MetaConfig) -> None:
-    """Serve until SIGTERM or SIGINT, then shut down cleanly."""
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+async def serve(config: MetaConfig, stop: asyncio.Event) -> None:
+    """Serve until ``stop`` is set, then shut down cleanly."""
     server = MetaServer(config)
     try:
         await server.start()

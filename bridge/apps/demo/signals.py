@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import logging
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
 
 from bridge.apps.demo.errors import Interrupted
+from bridge.startup import signal_handlers
 
 log = logging.getLogger(__name__)
 
@@ -32,26 +33,14 @@ def _note(signum: int, _frame: FrameType | None) -> None:
 
 
 @contextmanager
-def _handlers(handler: Callable[[int, FrameType | None], None]) -> Iterator[None]:
-    previous = {signum: signal.getsignal(signum) for signum in SIGNALS}
-    for signum in SIGNALS:
-        signal.signal(signum, handler)
-    try:
-        yield
-    finally:
-        for signum, old in previous.items():
-            signal.signal(signum, old)
-
-
-@contextmanager
 def interruptible() -> Iterator[None]:
     """SIGINT, SIGTERM and SIGHUP raise :class:`Interrupted` inside this block (main thread only)."""
-    with _handlers(_raise):
+    with signal_handlers(_raise, SIGNALS):
         yield
 
 
 @contextmanager
 def deferred() -> Iterator[None]:
     """SIGINT, SIGTERM and SIGHUP are logged and otherwise ignored inside this block."""
-    with _handlers(_note):
+    with signal_handlers(_note, SIGNALS):
         yield
