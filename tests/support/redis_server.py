@@ -16,11 +16,13 @@ from tests.support.process import ChildProcess, free_port, wait_until
 
 
 class RedisServer:
-    """``redis-server`` as a child process on a fixed port across restarts; no persistence."""
+    """``redis-server`` as a child process on a fixed port across restarts. ``persistent``: an
+    append-only file fsynced on every write, so a stop and start keeps the keys."""
 
-    def __init__(self, workdir: Path, port: int | None = None) -> None:
+    def __init__(self, workdir: Path, port: int | None = None, persistent: bool = False) -> None:
         self.workdir = workdir
         self.port = port or free_port()
+        self.persistent = persistent
         self.child: ChildProcess | None = None
         self.starts = 0
 
@@ -32,11 +34,22 @@ class RedisServer:
         binary = shutil.which("redis-server") or "/usr/bin/redis-server"
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.starts += 1
-        argv = [binary, "--bind", "127.0.0.1", "--port", str(self.port), "--save", "", "--appendonly", "no",
+        aof = ["yes", "--appendfsync", "always"] if self.persistent else ["no"]
+        argv = [binary, "--bind", "127.0.0.1", "--port", str(self.port), "--save", "", "--appendonly", *aof,
                 "--dir", str(self.workdir)]  # fmt: skip
         self.child = ChildProcess(argv, self.workdir / f"redis.{self.starts}.log")
         self.child.wait_for_line(r"Ready to accept connections", timeout=30)
         wait_until(lambda: self.client().ping(), timeout=30, what=f"redis-server on port {self.port}")
+
+    def start_if_down(self) -> None:
+        if self.child is None:
+            self.start()
+
+    def stop(self) -> None:
+        """SIGTERM: the server closes its connections and exits (the append-only file kept)."""
+        if self.child is not None:
+            self.child.stop(timeout=30)
+            self.child = None
 
     def kill(self) -> None:
         """SIGKILL: connections drop at once; nothing of the data survives (no persistence)."""

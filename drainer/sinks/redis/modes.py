@@ -5,7 +5,8 @@ For every rule that applies to the changed table (:class:`TableRule`), with
 after image (both for an update, so a changed primary key or unique column
 invalidates the old keys and the new ones):
 
-- ``invalidate``: UNLINK (or DEL) of ``keys``.
+- ``invalidate``: UNLINK (or DEL) of ``keys`` (none for an update whose after
+  image equals its before image: no cached key or value changed).
 - ``upsert``: a delete: DEL of the before keys. Otherwise the after-image is
   written to every after key — ``json``: ``SET key <row JSON> [PX ttl]``;
   ``hash``: ``DEL key`` then ``HSET key column text ...`` (NULL columns left
@@ -124,6 +125,8 @@ class ModeWriter:
     def change(self, change: Change) -> None:
         row = change.row
         commit_ts, table = change.event.commit_ts, change.plan.name
+        # An update that wrote the values the row had changes no cached key or value.
+        unchanged = row.kind == "update" and row.before == row.after
         for table_rule in change.plan.rules:
             before = table_rule.render_keys(row.before) if row.before is not None else []
             after = table_rule.render_keys(row.after) if row.after is not None else []
@@ -131,14 +134,16 @@ class ModeWriter:
                 before + [key for key in after if key not in before] if before and after else before or after
             )
             for mode in table_rule.rule.config.modes:
-                if mode == "invalidate":
-                    self.delivery.delete(keys, Origin(commit_ts, table, "invalidate"))
-                elif mode == "upsert":
-                    self._upsert(change, table_rule, before, after, Origin(commit_ts, table, "upsert"))
-                elif mode == "publish":
+                if mode == "publish":
                     self._publish(change, table_rule, keys, Origin(commit_ts, table, "publish"))
-                else:
+                elif mode == "stream":
                     self._stream(change, table_rule, keys, Origin(commit_ts, table, "stream"))
+                elif unchanged:
+                    continue
+                elif mode == "invalidate":
+                    self.delivery.delete(keys, Origin(commit_ts, table, "invalidate"))
+                else:
+                    self._upsert(change, table_rule, before, after, Origin(commit_ts, table, "upsert"))
 
     def _upsert(
         self, change: Change, rule: TableRule, before: list[str], after: list[str], origin: Origin

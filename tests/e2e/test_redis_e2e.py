@@ -1,0 +1,421 @@
+"""The redis sink end to end, as real processes: `binlog-bridge load` (SQLite upstream; DDL during
+DML, primary-key changes, unique-slot swaps, scratch tables created and dropped) → three pumps → a
+drainer whose only sink is redis → Redis. Every test ends by comparing Redis with the upstream.
+
+How "exactly the keys of rows that changed are gone" is derived from the upstream itself:
+
+1. a first, short load fills the upstream; the drainer catches up past it;
+2. the test snapshots every upstream table (``bridge.apps.diff``'s sources, as ``diff`` reads
+   them) and writes every key each row renders to (rendered here by hand, not by the sink's code);
+3. the second load runs (with the test's fault). A load's workers change only rows they inserted
+   themselves (and the shared accounts), so beside it the test's own producer (the real
+   ``TxnWriter`` and pump client) changes rows of the first load, in transactions of their own:
+   updates, deletes, primary-key changes, slot swaps through a temporary value, and updates that
+   write the values the row already has. Then the drainer catches up past a fresh timestamp;
+4. a second snapshot: a row whose values differ between the snapshots (a column that exists in
+   only one of them reads as NULL: the load adds and drops empty columns), or that exists in only
+   one, *changed*; every key of its old and its new image must be gone. Every other written key
+   must still be there, and no other key with the test's prefix may exist.
+
+An UPDATE that writes the values a row already had is invisible to the snapshots; the sink does
+not invalidate on it either (no cached key or value changed). A row changed and changed back
+between the snapshots would look untouched while its keys were rightly deleted: the load's updates
+draw fresh random values (balances, versions, timestamps, texts), so this does not happen in
+practice, and such a key would be listed by name in the failure.
+
+Key templates: every keyed table by its primary key (a ``/regex/`` table pattern; the keyless
+load_events is skipped), load_slots also by its unique ``slot``, load_accounts also by id and the
+nullable ``region`` (NULL renders as the null token). The drainer SIGKILL and the Redis outage
+tests use a private redis-server each (the outage one with an append-only file, so the keys
+written before survive the restart); the others share the suite's Redis (and Redis Cluster) under
+a key prefix of their own. Timeouts are hang guards only.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from redis.cluster import ClusterNode, RedisCluster
+
+from bridge.apps.demo.cluster import Cluster, ClusterSpec, resolver_for
+from bridge.apps.demo.workload import LoadProcess
+from bridge.apps.diff.open import open_source
+from bridge.dsn import parse_dsn
+from bridge.producer import TxnWriter, open_upstream
+from bridge.producer.writer import Transaction
+from bridge.pumpclient import PumpsClient
+from tests.e2e.test_pipeline import wait_for, wait_for_transactions
+from tests.support.redis_server import RedisServer
+
+pytestmark = [pytest.mark.redis, pytest.mark.timeout(420)]
+
+HANG_GUARD = 180.0
+LOAD_FLAGS = [
+    "--concurrency",
+    "4",
+    "--ddl-interval",
+    "0.5",
+    "--mix",
+    "swap=15,rekey=10,large=2",
+    "--large-size",
+    "200",
+]
+Snapshot = dict[str, dict[tuple[object, ...], dict[str, object]]]  # table -> key -> row
+Client = redis.Redis | RedisCluster
+Fault = Callable[[Cluster, LoadProcess], None]
+
+
+def redis_rules(prefix: str) -> list[dict[str, Any]]:
+    return [
+        {"table": "/load_.*/", "keys": [f"{prefix}:{{db}}:{{table}}:{{pk}}"]},
+        {"table": "load_slots", "keys": [f"{prefix}:slot:{{slot}}"]},
+        {"table": "load_accounts", "keys": [f"{prefix}:acct:{{id}}:{{region}}"]},
+    ]
+
+
+def rules_toml(rules: list[dict[str, Any]]) -> str:
+    """``rules`` as ``[[sink.redis.rules]]`` tables."""
+    out = []
+    for rule in rules:
+        out.append("\n[[sink.redis.rules]]")
+        out += [f"{name} = {json.dumps(value)}" for name, value in rule.items()]
+    return "\n".join(out) + "\n"
+
+
+def row_keys(prefix: str, db: str, table: str, row: dict[str, object]) -> list[str]:
+    """The keys :func:`redis_rules` render for ``row``, written out independently of the sink."""
+    if "id" not in row:  # load_events: no key, no rule applies
+        return []
+    keys = [f"{prefix}:{db}:{table}:{row['id']}"]
+    if table == "load_slots":
+        keys.append(f"{prefix}:slot:{row['slot']}")
+    if table == "load_accounts":
+        keys.append(f"{prefix}:acct:{row['id']}:{'null' if row['region'] is None else row['region']}")
+    return keys
+
+
+def snapshot(upstream: str) -> tuple[str, Snapshot]:
+    """Every row of every upstream table, by primary key (keyless tables are left out)."""
+    source = open_source(upstream, "upstream")
+    try:
+        out: Snapshot = {}
+        db = ""
+        for db, table in source.tables():
+            info = source.table_info(db, table)
+            if not info.key:
+                continue
+            names = [column.name for column in info.columns]
+            positions = [names.index(name) for name in info.key]
+            out[table] = {
+                tuple(values[i] for i in positions): dict(zip(names, values, strict=True))
+                for values in source.rows(db, table, names)
+            }
+        return db, out
+    finally:
+        source.close()
+
+
+def changed_keys(prefix: str, db: str, before: Snapshot, after: Snapshot) -> set[str]:
+    """The keys of every row that changed between the snapshots (old and new images)."""
+    gone: set[str] = set()
+    for table in set(before) | set(after):
+        old_rows, new_rows = before.get(table, {}), after.get(table, {})
+        for key in set(old_rows) | set(new_rows):
+            old, new = old_rows.get(key), new_rows.get(key)
+            if old is not None and new is not None:
+                names = set(old) | set(new)
+                if all(old.get(name) == new.get(name) for name in names):
+                    continue
+            for image in (old, new):
+                if image is not None:
+                    gone.update(row_keys(prefix, db, table, image))
+    return gone
+
+
+class RedisPipeline:
+    """The cluster, the Redis it invalidates and the keys this test wrote."""
+
+    def __init__(
+        self, workdir: Path, upstream: str, prefix: str, redis_settings: dict[str, Any], client: Client
+    ) -> None:
+        self.upstream = upstream
+        self.prefix = prefix
+        self.client = client
+        sink = {"batch-interval": "20ms", **redis_settings}
+        spec = ClusterSpec(workdir / "cluster", pumps=3, sinks=("redis",), resolver=resolver_for(upstream),
+                           drainer_settings={"sink": {"redis": sink}, "flush-interval": "200ms"})  # fmt: skip
+        self.cluster = Cluster(spec)
+        self.written: set[str] = set()
+        self.db = ""
+        self.before: Snapshot = {}
+
+    def start(self) -> None:
+        self.cluster.write_configs()
+        with self.cluster.config_path("drainer").open("a", encoding="utf-8") as config:
+            config.write(rules_toml(redis_rules(self.prefix)))  # the demo's TOML writer has no [[arrays]]
+        try:
+            self.cluster.start()
+        except BaseException:
+            self.cluster.stop()
+            raise
+
+    def catch_up(self) -> None:
+        self.cluster.wait_caught_up(self.cluster.timestamp(), timeout=HANG_GUARD)
+
+    def seed(self) -> None:
+        """The first load, caught up; then every row's keys written (the cache as the app fills it)."""
+        run_load(self.cluster, self.upstream, seconds=4, seed=11)
+        self.catch_up()
+        self.db, self.before = snapshot(self.upstream)
+        for table, rows in self.before.items():
+            for row in rows.values():
+                self.written.update(row_keys(self.prefix, self.db, table, row))
+        pipe = self.client.pipeline()
+        for key in self.written:
+            pipe.set(key, "cached")
+        pipe.execute()
+        assert len(self.written) > 500, f"the first load left few rows: {len(self.written)} keys"
+
+    def keys(self) -> set[str]:
+        return {k.decode() for k in self.client.scan_iter(match=f"{self.prefix}:*", count=1000)}
+
+    def assert_exact(self) -> None:
+        """Catch up; the keys of changed rows are gone, every other key written is there."""
+        self.catch_up()
+        _, after = snapshot(self.upstream)
+        gone = changed_keys(self.prefix, self.db, self.before, after)
+        expected = self.written - gone
+        actual = self.keys()
+        stale = sorted(actual & gone)
+        lost = sorted(expected - actual)
+        assert not stale, f"{len(stale)} keys of changed rows survived, e.g. {stale[:10]}"
+        assert not lost, f"{len(lost)} keys of untouched rows are gone, e.g. {lost[:10]}"
+        assert actual == expected, f"unexpected keys: {sorted(actual - expected)[:10]}"
+        assert len(self.written & gone) > 100 and len(expected) > 100, (
+            len(self.written & gone),
+            len(expected),
+        )
+        slots = [k for k in self.written & gone if k.startswith(f"{self.prefix}:slot:")]
+        assert slots, "no load_slots slot key was invalidated: no unique-column change happened"
+
+    def cleanup(self) -> None:
+        self.cluster.stop()
+        keys = list(self.keys())
+        for start in range(0, len(keys), 500):
+            for key in keys[start : start + 500]:
+                self.client.delete(key)
+
+
+class Mutator:
+    """Changes rows of the first load while the second runs (see the module docstring)."""
+
+    def __init__(self, pipe: RedisPipeline, seed: int = 5) -> None:
+        self.pipe = pipe
+        self.rng = random.Random(seed)
+        self.planned = 0
+        self.done = 0
+        self.failure: BaseException | None = None
+        self._thread = threading.Thread(target=self._guarded, name="mutator", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def join(self) -> None:
+        self._thread.join(timeout=HANG_GUARD)
+        assert not self._thread.is_alive(), "the mutator hangs"
+        if self.failure is not None:
+            raise self.failure
+
+    def _guarded(self) -> None:
+        try:
+            self._run()
+        except BaseException as exc:
+            self.failure = exc
+
+    def _plan(self) -> list[Callable[[Transaction], None]]:
+        before, rng = self.pipe.before, self.rng
+        orders = rng.sample(sorted(k[0] for k in before["load_orders"]), 90)
+        slots = sorted(before["load_slots"].items())
+        steps: list[Callable[[Transaction], None]] = []
+        for n, key in enumerate(orders):
+            row = before["load_orders"][(key,)]
+            if n % 6 == 0:
+                steps.append(lambda t, k=key: t.delete("load_orders", {"id": k}))
+            elif n % 6 == 1:
+                steps.append(lambda t, k=key, n=n: t.update("load_orders", {"id": k}, {"id": 10**9 + n}))
+            elif n % 6 == 2:  # the values it has: no row changes
+                steps.append(
+                    lambda t, k=key, v=row["status"]: t.update("load_orders", {"id": k}, {"status": v})
+                )
+            else:
+                steps.append(lambda t, k=key, n=n: t.update("load_orders", {"id": k}, {"status": f"m{n}"}))
+        pairs = [(slots[i], slots[i + 1]) for i in range(0, min(len(slots) - 1, 30), 2)]
+        for (first, a), (second, b) in pairs:
+            steps.append(lambda t, x=first[0], y=second[0], sx=a["slot"], sy=b["slot"]: swap(t, x, y, sx, sy))
+        rng.shuffle(steps)
+        return steps
+
+    def _run(self) -> None:
+        dsn = parse_dsn(self.pipe.upstream, key="upstream")
+        with PumpsClient(self.pipe.cluster.meta_addr) as client:
+            writer = TxnWriter(open_upstream(dsn), client)
+            try:
+                steps = self._plan()
+                self.planned = len(steps)
+                for step in steps:
+                    writer.run(step, attempts=20, backoff=0.05)
+                    self.done += 1
+                    time.sleep(self.rng.uniform(0.0, 0.15))
+            finally:
+                writer.close()
+
+
+def swap(txn: Transaction, first: int, second: int, first_slot: object, second_slot: object) -> None:
+    """Swap two rows' unique slots through a temporary value (the unique key is checked per statement)."""
+    txn.update("load_slots", {"id": first}, {"slot": -first})
+    txn.update("load_slots", {"id": second}, {"slot": first_slot})
+    txn.update("load_slots", {"id": first}, {"slot": second_slot})
+
+
+def run_load(
+    cluster: Cluster, upstream: str, seconds: float, seed: int, fault: Fault | None = None
+) -> dict[str, Any]:
+    flags = [*LOAD_FLAGS, "--seed", str(seed)]
+    load = LoadProcess(
+        cluster.data_dir / "logs", cluster.meta_addr, upstream, seconds, flags, name=f"load-{seed}"
+    )
+    load.start()
+    try:
+        if fault is not None:
+            fault(cluster, load)
+        wait_for(lambda: not load.running, "end of the load", cluster)
+        status = load.wait(timeout=10)
+    finally:
+        load.stop()
+    summary = load.result()
+    assert status == 0 and summary["errors"] == 0 and summary["transactions"] > 0, summary
+    return summary
+
+
+def run_main_load(pipe: RedisPipeline, seconds: float, fault: Fault | None = None) -> None:
+    """The second load, with the mutator changing first-load rows meanwhile."""
+    mutator = Mutator(pipe)
+    mutator.start()
+    summary = run_load(pipe.cluster, pipe.upstream, seconds=seconds, seed=7, fault=fault)
+    mutator.join()
+    assert summary["ddl"] > 3, f"no DDL during the DML: {summary}"
+    assert mutator.done == mutator.planned > 90, (mutator.done, mutator.planned)
+
+
+@pytest.fixture
+def upstream(tmp_path: Path) -> str:
+    return f"sqlite://{tmp_path / 'upstream.db'}"
+
+
+@pytest.fixture
+def shared(tmp_path: Path, upstream: str, redis_url: str, unique_name: str) -> Iterator[RedisPipeline]:
+    pipe = RedisPipeline(tmp_path, upstream, unique_name, {"url": redis_url}, redis.Redis.from_url(redis_url))
+    try:
+        pipe.start()
+        yield pipe
+    finally:
+        pipe.cleanup()
+
+
+def test_load_invalidates_exactly_the_keys_of_changed_rows(shared: RedisPipeline) -> None:
+    shared.seed()
+    run_main_load(shared, seconds=10)
+    shared.assert_exact()
+
+
+def test_the_same_against_a_redis_cluster(
+    tmp_path: Path, upstream: str, redis_cluster_nodes: list[str], unique_name: str
+) -> None:
+    client = RedisCluster(startup_nodes=[ClusterNode(*n.rsplit(":", 1)) for n in redis_cluster_nodes])
+    settings = {
+        "url": f"redis://{redis_cluster_nodes[0]}/0",
+        "cluster": True,
+        "cluster-nodes": redis_cluster_nodes[1:],
+    }
+    pipe = RedisPipeline(tmp_path, upstream, unique_name, settings, client)
+    try:
+        pipe.start()
+        pipe.seed()
+        nodes = {client.get_node_from_key(key).name for key in list(pipe.written)[:200]}
+        assert len(nodes) == len(redis_cluster_nodes), nodes
+        run_main_load(pipe, seconds=10)
+        pipe.assert_exact()
+    finally:
+        pipe.cleanup()
+
+
+@pytest.fixture
+def private(tmp_path: Path, upstream: str, unique_name: str) -> Iterator[tuple[RedisPipeline, RedisServer]]:
+    server = RedisServer(tmp_path / "redis", persistent=True)
+    server.start()
+    pipe = RedisPipeline(tmp_path, upstream, unique_name, {"url": server.url}, server.client())
+    try:
+        pipe.start()
+        yield pipe, server
+    finally:
+        server.start_if_down()
+        pipe.cleanup()
+        server.kill()
+
+
+def kill_drainer(cluster: Cluster, load: LoadProcess) -> None:
+    wait_for_transactions(cluster, load, 60)
+    cluster.kill("drainer")
+    time.sleep(1.0)  # the load keeps writing meanwhile
+    cluster.restart("drainer")
+    before = load.progress()
+    assert before is not None
+    wait_for_transactions(cluster, load, before.transactions + 60)
+
+
+@pytest.mark.slow
+def test_drainer_sigkilled_mid_load_still_invalidates_exactly(
+    private: tuple[RedisPipeline, RedisServer],
+) -> None:
+    pipe, _ = private
+    pipe.seed()
+    run_main_load(pipe, seconds=15, fault=kill_drainer)
+    assert pipe.cluster.members["drainer"].process.starts == 2
+    pipe.assert_exact()
+
+
+def redis_down_for(seconds: float, server: RedisServer) -> Fault:
+    def fault(cluster: Cluster, load: LoadProcess) -> None:
+        wait_for_transactions(cluster, load, 60)
+        server.stop()
+        time.sleep(seconds)  # the load and the pumps go on; the drainer waits and retries
+        cluster.check()  # the drainer still runs
+        server.start()
+        before = load.progress()
+        assert before is not None
+        wait_for_transactions(cluster, load, before.transactions + 60)
+
+    return fault
+
+
+@pytest.mark.slow
+def test_redis_stopped_for_20_seconds_only_delays_invalidation(
+    private: tuple[RedisPipeline, RedisServer],
+) -> None:
+    pipe, server = private
+    pipe.seed()
+    run_main_load(pipe, seconds=40, fault=redis_down_for(20, server))
+    drainer = pipe.cluster.members["drainer"].process
+    assert drainer.starts == 1
+    output = drainer.output()
+    assert "redis sink" in output and "Connection refused" in output, drainer.tail()
+    pipe.client = server.client()
+    pipe.assert_exact()
