@@ -10,7 +10,7 @@ The server is tuned to be small and fast, not durable:
 
 * ``innodb_buffer_pool_size=64M``, a small log buffer, no performance schema, small
   Aria/MyISAM caches: a few hundred MB of RSS at most on a shared 2-core machine;
-* ``innodb_flush_log_at_trx_commit=2``, no doublewrite buffer and no binlog: a
+* ``innodb_flush_log_at_trx_commit=2``, no doublewrite buffer and no binlog (unless ``binlog=True``): a
   commit is written to the OS but not fsynced, so a *machine* crash may lose the
   last second (or tear a page) — irrelevant for tests; a SIGKILL of ``mariadbd``
   loses nothing, InnoDB recovers from its redo log on the next start.
@@ -45,8 +45,17 @@ TUNING = (
     "--aria-pagecache-buffer-size=8M",
     "--max-connections=300",
     "--max-allowed-packet=64M",
-    "--skip-log-bin",
     "--skip-name-resolve",
+)
+# No binlog unless asked for; with ``binlog=True`` the server is a source that
+# ``binlog-bridge capture`` can read (docs/capture.md).
+NO_BINLOG = ("--skip-log-bin",)
+BINLOG = (
+    "--log-bin=mariadb-bin",
+    "--server-id=1",
+    "--binlog-format=ROW",
+    "--binlog-row-image=FULL",
+    "--binlog-row-metadata=FULL",
 )
 
 
@@ -70,19 +79,26 @@ class MariaDBInstance:
 
     ``workdir`` holds ``data/`` (initialized on the first :meth:`start`, reused by
     later ones), ``mariadbd.sock``, ``mariadbd.pid`` and ``mariadbd.log``.
-    ``server_args`` are added to the ``mariadbd`` command line (``--ssl-cert=...``).
+    ``server_args`` are added to the ``mariadbd`` command line (``--ssl-cert=...``);
+    ``binlog=True`` writes a row binlog with full metadata (a capture source).
     """
 
     host = "127.0.0.1"
     user = "root"
 
     def __init__(
-        self, workdir: Path, port: int, *, start_timeout: float = 60.0, server_args: Sequence[str] = ()
+        self,
+        workdir: Path,
+        port: int,
+        *,
+        start_timeout: float = 60.0,
+        server_args: Sequence[str] = (),
+        binlog: bool = False,
     ) -> None:
         self.workdir = Path(workdir)
         self.port = port
         self.start_timeout = start_timeout
-        self.server_args = tuple(server_args)
+        self.server_args = (*(BINLOG if binlog else NO_BINLOG), *server_args)
         self.datadir = self.workdir / "data"
         self.socket = self.workdir / "mariadbd.sock"
         self.pid_file = self.workdir / "mariadbd.pid"

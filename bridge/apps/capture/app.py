@@ -110,7 +110,7 @@ class CaptureApp:
                 try:
                     self._emitter.settle()
                     self.position = self._start_at(conn, catalog, flavor, mode)
-                    conn.close()
+                    source.close_quietly(conn)
                     self._stream(catalog)
                 finally:
                     catalog.close()
@@ -120,7 +120,7 @@ class CaptureApp:
         except _Stop:
             pass
         finally:
-            conn.close()
+            source.close_quietly(conn)
             journal.close()
             if status is not None:
                 status.stop()
@@ -163,6 +163,8 @@ class CaptureApp:
 
     def _stream(self, catalog: TableCatalog) -> None:
         self.state = "streaming"
+        assert self.position is not None
+        log.info("capture streaming from %s", self.position.describe())
         while not self._stopping.is_set():
             assert self.position is not None
             stream = source.open_stream(
@@ -232,7 +234,7 @@ class CaptureApp:
         db, statement = found
 
         def change_for(start_ts: int) -> Any:
-            ddl = catalog.change_for(db, statement, lambda: start_ts)
+            ddl = catalog.change_for(db, event.sql, statement, lambda: start_ts)
             return ddl.change, ddl.updates
 
         self._emitter.ddl(event.sql, change_for, event.position)

@@ -48,7 +48,7 @@ def snapshot_position(session: MySQLSession, flavor: str, mode: str) -> Position
     session.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
     if flavor == "mariadb":
         session.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
-        found = dict(session.query("SHOW STATUS LIKE 'binlog_snapshot_%'"))
+        found = {str(k).lower(): v for k, v in session.query("SHOW STATUS LIKE 'binlog_snapshot_%'")}
         file, offset = str(found["binlog_snapshot_file"]), int(found["binlog_snapshot_position"])
         gtid = str(session.query("SELECT BINLOG_GTID_POS(%s, %s)", [file, offset])[0][0] or "")
         return Position(flavor, mode, file, offset, gtid)

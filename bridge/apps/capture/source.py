@@ -82,6 +82,12 @@ def connect(dsn: Dsn, **extra: Any) -> pymysql.connections.Connection[Any]:
         raise SourceUnavailable(f"{dsn.redacted()}: connect failed: {exc.args[-1]}") from exc
 
 
+def close_quietly(conn: pymysql.connections.Connection[Any]) -> None:
+    """Close ``conn`` if it is still open."""
+    if conn.open:
+        conn.close()
+
+
 def query(conn: pymysql.connections.Connection[Any], sql: str, params: Any = None) -> list[tuple[Any, ...]]:
     try:
         with conn.cursor() as cursor:

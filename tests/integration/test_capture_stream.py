@@ -1,0 +1,211 @@
+"""`binlog-bridge capture` against a real binlog-enabled MariaDB, one real pump and the meta service.
+
+What the capture writes is checked by replaying the pump's committed binlogs (in commit_ts
+order, with the schemas of their DDL binlogs) and comparing every table with the source as
+the SQL producer reads it: rows that existed before (snapshot), rows written afterwards by a
+plain SQL client (inserts, updates including key changes, deletes, multi-statement
+transactions, keyless tables, DDL), and a stop and restart in between.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from bridge import binlog as B
+from bridge.pumpclient import PumpsClient
+from tests.support.capture_source import CaptureProcess, model_rows, replay, source_rows
+from tests.support.mariadb_instance import MariaDBInstance
+from tests.support.process import ChildProcess, free_port, run_cli
+from tests.support.pump_server import PumpProcess, start_meta
+
+pytestmark = pytest.mark.mysql
+
+
+@dataclass
+class Cluster:
+    source: MariaDBInstance
+    meta: ChildProcess
+    meta_addr: str
+    pump: PumpProcess
+
+    def now(self) -> int:
+        with PumpsClient(self.meta_addr) as client:
+            return client.get_timestamp()
+
+    def sql(self, db: str, *statements: str) -> None:
+        """Run ``statements`` in order on one autocommit connection (BEGIN/COMMIT make transactions)."""
+        conn = self.source.connect(db or None)
+        try:
+            with conn.cursor() as cursor:
+                for statement in statements:
+                    cursor.execute(statement)
+        finally:
+            conn.close()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    workdir = tmp_path_factory.mktemp("capture")
+    source = MariaDBInstance(workdir / "source", free_port(), binlog=True)
+    source.start()
+    meta, meta_addr = start_meta(workdir)
+    pump = PumpProcess(workdir, meta_addr)
+    try:
+        pump.start()
+        yield Cluster(source, meta, meta_addr, pump)
+    finally:
+        if pump.child is not None:
+            pump.stop()
+        meta.stop()
+        source.stop()
+
+
+@pytest.fixture
+def captures() -> Iterator[list[CaptureProcess]]:
+    """Capture children a test starts; SIGKILLed at teardown if still running."""
+    started: list[CaptureProcess] = []
+    yield started
+    for capture in started:
+        capture.kill()
+
+
+def _create(cluster: Cluster, db: str) -> None:
+    cluster.sql(
+        "",
+        f"CREATE DATABASE `{db}`",
+        f"CREATE TABLE `{db}`.accounts (id INT NOT NULL PRIMARY KEY, owner VARCHAR(40) NOT NULL, "
+        "balance DECIMAL(12,2) NOT NULL, opened DATE, seen TIMESTAMP(3) NULL, flags BIT(5), "
+        "kind ENUM('a','b','c'), tags SET('x','y','z'), ratio DOUBLE, note TEXT, raw VARBINARY(20), "
+        "code BINARY(4), born YEAR, span TIME(2), meta JSON, small TINYINT UNSIGNED, approx FLOAT)",
+        f"CREATE TABLE `{db}`.events (ref INT NOT NULL, body VARCHAR(20))",  # no key
+    )
+
+
+def _seed(cluster: Cluster, db: str, first: int, count: int) -> None:
+    values = ", ".join(
+        f"({i}, 'owner{i}', {i}.25, '2024-01-{1 + i % 28:02d}', '2024-05-06 07:08:09.{i % 1000:03d}', "
+        f"b'{i % 32:05b}', '{'abc'[i % 3]}', '{'x,z' if i % 2 else 'y'}', {i}.5, 'note {i}', "
+        f"x'{i:04x}', x'ab', {1990 + i % 50}, '{i % 24:02d}:01:02.5', '{{\"n\": {i}}}', {i % 256}, 1.1)"
+        for i in range(first, first + count)
+    )
+    cluster.sql(db, f"INSERT INTO accounts VALUES {values}")
+    cluster.sql(db, "INSERT INTO events VALUES " + ", ".join(f"({i % 7}, 'e{i % 3}')" for i in range(count)))
+
+
+def _workload(cluster: Cluster, db: str) -> None:
+    """A plain SQL client: single statements, transactions, key changes, deletes, DDL between them."""
+    cluster.sql(
+        db,
+        "UPDATE accounts SET balance = balance + 1, seen = NULL WHERE id % 3 = 0",
+        "BEGIN",
+        "INSERT INTO accounts (id, owner, balance) VALUES (1000, 'new', 5)",
+        "UPDATE accounts SET id = 2000 WHERE id = 1",
+        "DELETE FROM accounts WHERE id = 2",
+        "INSERT INTO events VALUES (99, 'in txn')",
+        "COMMIT",
+        "DELETE FROM events WHERE ref = 3 LIMIT 1",
+        "UPDATE events SET body = 'changed' WHERE ref = 4",
+        "ALTER TABLE accounts ADD COLUMN extra VARCHAR(10) NULL AFTER owner",
+        "UPDATE accounts SET extra = 'set' WHERE id < 10",
+        "CREATE TABLE later (k BIGINT NOT NULL PRIMARY KEY, v VARCHAR(10))",
+        "INSERT INTO later VALUES (1, 'one'), (2, 'two'), (3, 'three')",
+        "BEGIN",
+        "UPDATE later SET v = 'uno' WHERE k = 1",
+        "DELETE FROM later WHERE k = 2",
+        "ROLLBACK",
+        "RENAME TABLE later TO renamed",
+        "UPDATE renamed SET v = 'tres' WHERE k = 3",
+        "ALTER TABLE accounts DROP COLUMN note",
+        "CREATE TABLE dropped (k INT PRIMARY KEY)",
+        "INSERT INTO dropped VALUES (1)",
+        "DROP TABLE dropped",
+    )
+
+
+def _check(cluster: Cluster, db: str, since: int, tables: list[str]) -> list[B.Binlog]:
+    model, binlogs = replay(cluster.meta_addr, [cluster.pump], since)
+    live = sorted(s.table for s in model.schemas.values() if s.db == db)
+    assert live == sorted(tables)
+    for table in tables:
+        assert model_rows(model, db, table) == source_rows(cluster.source, db, table), table
+    return binlogs
+
+
+def _snapshot_flags(binlogs: list[B.Binlog]) -> list[bool]:
+    return [m.snapshot for b in binlogs if not B.is_ddl(b) for m in B.read_prewrite_value(b).mutations]
+
+
+def test_snapshot_then_stream_then_restart_rebuild_the_source(
+    cluster: Cluster, tmp_path: Path, unique_name: str, captures: list[CaptureProcess]
+) -> None:
+    db = unique_name
+    _create(cluster, db)
+    _seed(cluster, db, 1, 120)
+    since = cluster.now()
+    capture = CaptureProcess(tmp_path, cluster.source, cluster.meta_addr, [db])
+    captures.append(capture)
+    capture.start()
+    _workload(cluster, db)
+    capture.wait_caught_up()
+    binlogs = _check(cluster, db, since, ["accounts", "events", "renamed"])
+    flags = _snapshot_flags(binlogs)
+    assert flags[: 3 + 3] == [True] * 6  # 120 + 120 rows in chunks of 50: 3 chunks per table
+    assert not any(flags[6:])
+    status = capture.status()
+    assert status["state"] == "streaming" and status["snapshot"] == "done"
+    assert "bridge_capture_row_changes_total" in capture.metrics()
+
+    assert capture.stop() == 0
+    cluster.sql(db, "INSERT INTO accounts (id, owner, balance) VALUES (3000, 'while down', 1)")
+    cluster.sql(db, "DELETE FROM events WHERE ref = 5")
+    capture.start()
+    cluster.sql(db, "UPDATE renamed SET v = 'after' WHERE k = 1")
+    capture.wait_caught_up()
+    _check(cluster, db, since, ["accounts", "events", "renamed"])
+    assert capture.stop() == 0
+
+
+def test_never_announces_the_tables_and_streams_from_now(
+    cluster: Cluster, tmp_path: Path, unique_name: str, captures: list[CaptureProcess]
+) -> None:
+    db = unique_name
+    cluster.sql("", f"CREATE DATABASE `{db}`", f"CREATE TABLE `{db}`.t (id INT PRIMARY KEY, v INT)")
+    cluster.sql(db, "INSERT INTO t VALUES (1, 1), (2, 2)")
+    since = cluster.now()
+    capture = CaptureProcess(tmp_path, cluster.source, cluster.meta_addr, [db], snapshot="never")
+    captures.append(capture)
+    capture.start()
+    cluster.sql(db, "INSERT INTO t VALUES (3, 3)", "UPDATE t SET v = 30 WHERE id = 3")
+    capture.wait_caught_up()
+    model, _ = replay(cluster.meta_addr, [cluster.pump], since)
+    assert sorted(model_rows(model, db, "t")) == [(3, 30)]  # rows from before were not copied
+    assert capture.stop() == 0
+
+
+def test_a_source_without_full_row_metadata_is_refused_naming_the_variable(
+    cluster: Cluster, tmp_path: Path, unique_name: str, captures: list[CaptureProcess]
+) -> None:
+    cluster.sql("", "SET GLOBAL binlog_row_metadata = 'MINIMAL'")
+    try:
+        capture = CaptureProcess(tmp_path, cluster.source, cluster.meta_addr, [unique_name])
+        captures.append(capture)
+        child = capture.launch()
+        assert child.wait(timeout=60) == 2
+        assert "binlog_row_metadata = MINIMAL" in child.output
+        assert "SET GLOBAL binlog_row_metadata = 'FULL'" in child.output
+    finally:
+        cluster.sql("", "SET GLOBAL binlog_row_metadata = 'FULL'")
+
+
+def test_config_errors_name_the_key(tmp_path: Path) -> None:
+    config = tmp_path / "bad.toml"
+    config.write_text(
+        '[capture]\nupstream = "mysql://root@127.0.0.1:1/"\ndatabases = ["d"]\nsnapshot = "sometimes"\n'
+    )
+    result = run_cli("capture", "--config", str(config))
+    assert result.returncode == 2
+    assert "capture.snapshot" in result.stderr and "sometimes" in result.stderr
