@@ -3,8 +3,8 @@
 Data: the 8-column ``bench.orders`` table of ``bench drainer`` (mixed types,
 primary key ``id``), ``--rows`` inserted rows in transactions of
 ``--rows-per-txn``, built before anything is timed as the drainer's own
-events (a CREATE TABLE :class:`~drainer.events.DDLEvent`, then
-:class:`~drainer.events.TxnEvent`\\ s whose rows are already decoded, as the
+events (a CREATE TABLE :class:`~bridge.sink.events.DDLEvent`, then
+:class:`~bridge.sink.events.TxnEvent`\\ s whose rows are already decoded, as the
 syncer hands them over).
 
 ``value``: a :class:`drainer.sinks.kafka.KafkaSink` (``--encoding``:
@@ -49,8 +49,9 @@ from bench.drainer import row_values, table_schema
 from bridge.avro import RegistryCodec, SingleObjectCodec, source_record, table_avro
 from bridge.proto import row_pb2
 from bridge.rowcodec import RowCodec
+from bridge.sink.contract import SinkContext
+from bridge.sink.events import DDLEvent, Event, RowChange, TxnEvent
 from bridge.tso import compose, physical_ms
-from drainer.events import DDLEvent, Event, RowChange, TxnEvent
 
 DEFAULT_BOOTSTRAP = os.environ.get("BRIDGE_TEST_KAFKA_BOOTSTRAP", "127.0.0.1:19092")
 HEADER_BYTES = {"single-object": 10, "registry": 5}  # framing before the Avro body (partitioning skips it)
@@ -85,7 +86,7 @@ def build_events(args: argparse.Namespace) -> tuple[DDLEvent, list[TxnEvent]]:
     change = row_pb2.SchemaChange(
         kind=row_pb2.SchemaChange.CREATE_TABLE, db=schema.db, table=schema.table, table_schema=schema
     )
-    ddl = DDLEvent(base + 1, base + 2, b"", "CREATE TABLE bench.orders (...)", change)
+    ddl = DDLEvent(base + 1, base + 2, b"", "CREATE TABLE bench.orders (...)", change, None, schema)
     txns: list[TxnEvent] = []
     for n, first in enumerate(range(0, args.rows, args.rows_per_txn)):
         rows = [
@@ -114,15 +115,13 @@ def new_sink(args: argparse.Namespace, prefix: str, data_dir: Path) -> Any:
     config = {"bootstrap-servers": args.bootstrap_servers, "prefix": prefix, "partitions": args.partitions}
     if args.encoding == "registry":
         config["schema-registry-url"] = registry_url(args)
-    sink = KafkaSink(config, data_dir)
-    sink.set_cluster_id(1)
-    return sink
+    return KafkaSink(config, data_dir)
 
 
 def measure_sink(args: argparse.Namespace, ddl: DDLEvent, txns: Sequence[TxnEvent], data_dir: Path) -> float:
     """Rows/s of the kafka sink from the first write of a transaction to the flush that acknowledges all."""
     sink = new_sink(args, f"bench-kafka-{uuid.uuid4().hex[:8]}", data_dir)
-    sink.open(0)
+    sink.open(SinkContext(cluster_id=1, data_dir=data_dir))
     try:
         sink.write([ddl])
         sink.flush()  # the topic exists and the schemas are published before timing starts

@@ -48,6 +48,9 @@ from bridge.errors import BridgeError, MetaUnavailable
 from bridge.grpcutil import add_port, channel_options
 from bridge.meta.client import MetaClient
 from bridge.proto import drainer_pb2_grpc
+from bridge.sink.contract import SinkContext
+from bridge.sink.registry import build_sink
+from bridge.sink.schema import SchemaTracker
 from bridge.tso import physical_ms, to_datetime
 from drainer import metrics
 from drainer.builder import EventBuilder
@@ -58,9 +61,7 @@ from drainer.http import StatusServer
 from drainer.merger import MergeFeed, Merger
 from drainer.pull import PumpPuller
 from drainer.relay import RelaySink, recover
-from drainer.schema import SchemaTracker
 from drainer.server import CisternService, DrainerNode, NodeSettings
-from drainer.sinks.registry import build_sink, give_cluster_id
 from drainer.syncer import Syncer, SyncSettings
 
 log = logging.getLogger(__name__)
@@ -117,10 +118,11 @@ class Drainer:
         if config.relay.enabled:
             relay_dir, ignored = config.relay.directory(data_dir), frozenset(filters.ignore_txn_commit_ts)
             sink = self.relay = RelaySink(sink, relay_dir, config.relay.max_file_size, ignored)
-        give_cluster_id(sink, cluster_id)
         self.merger = Merger(start.commit_ts, max_bytes=config.pump_buffer_bytes)
         self.feed = MergeFeed(self.merger)
-        self.syncer = Syncer(self.feed, builder, sink, checkpoint, start, SyncSettings.from_config(config))
+        context = SinkContext(cluster_id=cluster_id, data_dir=data_dir)
+        sync_settings = SyncSettings.from_config(config)
+        self.syncer = Syncer(self.feed, builder, sink, checkpoint, start, sync_settings, context)
         self.server = grpc.aio.server(options=channel_options(config.max_message_size))
         port = add_port(self.server, config.addr, config.security)
         settings = NodeSettings(

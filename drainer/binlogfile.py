@@ -10,7 +10,7 @@ are **events**:
 
 - header payload: ``0x01 | prev_ts u64 | schema snapshot``: ``prev_ts`` is
   the highest commit_ts stored before this file (every event in it is
-  above), the snapshot (:meth:`drainer.schema.SchemaTracker.snapshot`) is
+  above), the snapshot (:meth:`bridge.sink.schema.SchemaTracker.snapshot`) is
   every table schema valid at that point, so a file decodes on its own;
 - event payload: ``0x02 | commit_ts u64 | binlog``: the transaction's or
   DDL's binlog bytes as pulled from the pump (``tp = Commit``, commit_ts
@@ -38,7 +38,7 @@ import google_crc32c
 from bridge.binlog import parse_binlog, read_schema_change
 from bridge.errors import ProtocolError
 from bridge.proto import row_pb2
-from drainer.schema import SchemaTracker
+from bridge.sink.schema import SchemaTracker
 
 log = logging.getLogger(__name__)
 

@@ -4,8 +4,9 @@
 returns what the sink gets:
 
 - a DDL binlog is parsed, its ``SchemaChange`` applied to the
-  :class:`~drainer.schema.SchemaTracker`, and a :class:`DDLEvent` built
-  unless the filter drops its table (the schema is tracked either way);
+  :class:`~bridge.sink.schema.SchemaTracker`, and a :class:`DDLEvent` built
+  with the table's schema before and after it unless the filter drops its
+  table (the schema is tracked either way);
 - a DML binlog's ``PrewriteValue`` is parsed once to learn its tables and
   row counts (and released); the :class:`TxnEvent` keeps the payload bytes
   and a decode closure bound to the :class:`~bridge.rowcodec.RowCodec` of
@@ -36,11 +37,11 @@ from bridge.binlog import MutationType, iter_changes, parse_binlog, read_schema_
 from bridge.errors import ProtocolError, UserError
 from bridge.proto import binlog_pb2
 from bridge.rowcodec import RowCodec
+from bridge.sink.events import ChangeKind, DDLEvent, Event, RowChange, TxnEvent
+from bridge.sink.schema import SchemaTracker, SchemaTrackError
 from drainer import metrics
-from drainer.events import ChangeKind, DDLEvent, Event, RowChange, TxnEvent
 from drainer.filter import TableFilter, skip_hint
 from drainer.merger import PulledTxn
-from drainer.schema import SchemaTracker, SchemaTrackError
 
 log = logging.getLogger(__name__)
 
@@ -168,7 +169,7 @@ class EventBuilder:
                 f"cannot follow it: {query[:200]!r}",
             )
         try:
-            self.tracker.apply(change)
+            before, after = self.tracker.apply(change)
         except SchemaTrackError as exc:
             raise HaltError(
                 txn.commit_ts, f"the schema tracker cannot apply {query[:200]!r}: {exc}"
@@ -179,7 +180,8 @@ class EventBuilder:
             _EVENTS_FILTERED.inc()
             return Built(None, snapshot)
         _EVENTS_DDL.inc()
-        return Built(DDLEvent(txn.start_ts, txn.commit_ts, txn.payload, query, change), snapshot)
+        event = DDLEvent(txn.start_ts, txn.commit_ts, txn.payload, query, change, before, after)
+        return Built(event, snapshot)
 
     def _dml(self, txn: PulledTxn) -> TxnEvent | None:
         try:

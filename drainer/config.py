@@ -18,7 +18,7 @@
 
 ``[checkpoint]`` and ``[sink]`` hold a ``type`` and tables of the chosen
 implementation's own keys, which that implementation checks
-(:mod:`drainer.checkpoint`, :mod:`drainer.sinks.registry`).
+(:mod:`drainer.checkpoint`, :mod:`bridge.sink.registry`).
 """
 
 from __future__ import annotations

@@ -32,9 +32,10 @@ recovery must not apply it).
 meta service is unreachable at start, the relay belongs to a cluster whose
 checkpoint is not ``consistent``, the relay events above the checkpoint are
 applied through the normal build path (:func:`drainer.replay.replay`) with
-the sink's safe mode forced on (``force_safe_mode(True)`` when the sink has
-it: INSERT as REPLACE, UPDATE as DELETE + REPLACE), so the events the sink
-had already applied are applied again harmlessly. The checkpoint is then
+the sink opened in safe mode (``SinkContext.safe_mode``: a SQL sink applies
+INSERT as REPLACE, UPDATE as DELETE + REPLACE; the SQLite sink skips by its
+own checkpoint), so the events the sink had already applied are applied
+again harmlessly. The checkpoint is then
 saved at the last relayed commit_ts with ``consistent = true``, the relay
 files are removed and the drainer exits 0. The downstream then equals the
 upstream snapshot at that commit_ts.
@@ -57,6 +58,11 @@ from prometheus_client import Counter, Gauge
 
 from bridge.durable import fsync_dir, write_atomically
 from bridge.errors import BridgeError, ProtocolError, UserError
+from bridge.sink.contract import Sink, SinkContext
+from bridge.sink.errors import SinkError
+from bridge.sink.events import Event
+from bridge.sink.registry import build_sink
+from bridge.sink.schema import SchemaTracker, SchemaTrackError
 from drainer.binlogfile import (
     KIND_HEADER,
     BinlogFileReader,
@@ -68,13 +74,8 @@ from drainer.binlogfile import (
 )
 from drainer.checkpoint import CheckpointState, build_checkpoint
 from drainer.config import DrainerConfig
-from drainer.events import Event
 from drainer.replay import ReplaySummary, replay
-from drainer.schema import SchemaTracker, SchemaTrackError
-from drainer.sinks.base import Sink
-from drainer.sinks.errors import SinkError
 from drainer.sinks.file import append_events
-from drainer.sinks.registry import build_sink, give_cluster_id, give_schema_snapshot
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +159,7 @@ def remove_files(directory: Path) -> int:
 # ---------------------------------------------------------------------- writing
 
 
-class RelaySink:
+class RelaySink(Sink):
     """A sink that stores every event in the relay log before the inner sink gets it.
 
     See the module docstring. Used from the sink thread only, except
@@ -174,42 +175,23 @@ class RelaySink:
         self.directory = directory
         self.max_file_size = max_file_size
         self._writer = BinlogFileWriter(directory, max_file_size)
-        self._snapshot = b""
         self._position = 0  # every event at or below it is in the relay (or needs no relaying)
         self.relayed_ts = 0  # commit_ts of the last event stored
         self.cluster_id: int | None = None
         self.removed_files = 0
         self._header_cache: dict[Path, int | None] = {}
 
-    # -- optional protocol hooks, passed on ---------------------------------------
-
-    def set_cluster_id(self, cluster_id: int) -> None:
-        """Record (or check) the cluster the relay belongs to; refuses another cluster's relay."""
-        try:
-            stored = read_cluster_id(self.directory)
-            if stored is not None and stored != cluster_id and list_files(self.directory):
-                raise RelayError(
-                    f"relay.dir: {self.directory} holds the relay log of cluster {stored}, this is "
-                    f"cluster {cluster_id}; point relay.dir elsewhere or remove that directory"
-                )
-            if stored != cluster_id:
-                write_cluster_id(self.directory, cluster_id)
-        except OSError as exc:
-            raise RelayError(f"relay.dir: cannot write {self.directory / META_NAME}: {exc}") from exc
-        self.cluster_id = cluster_id
-        give_cluster_id(self.inner, cluster_id)
-
-    def set_schema_snapshot(self, snapshot: bytes) -> None:
-        """The drainer's schema at the resume position: the relay's first header if it starts afresh."""
-        self._snapshot = snapshot
-        give_schema_snapshot(self.inner, snapshot)
-
     # -- Sink ---------------------------------------------------------------------
 
-    def open(self, resume_ts: int) -> None:
+    def open(self, context: SinkContext) -> None:
+        """Checks the relay belongs to ``context.cluster_id``, recovers the relay files (the
+        context's schema snapshot is the first header when it starts afresh), then opens the inner sink."""
+        super().open(context)
+        self._claim(context.cluster_id)
+        resume_ts = context.resume_ts
         try:
             self._writer.close()  # open is retried when the inner sink's open fails
-            stored = self._writer.open(self._snapshot)
+            stored = self._writer.open(context.schema_snapshot)
             reason = ""
             if list_files(self.directory) and stored < resume_ts:
                 # Everything relayed is applied: the relay's schema may be behind the
@@ -224,7 +206,7 @@ class RelaySink:
                 removed = remove_files(self.directory)
                 log.info("relay %s: %s: removed its %d files", self.directory, reason, removed)
                 self._writer = BinlogFileWriter(self.directory, self.max_file_size)
-                stored = self._writer.open(self._snapshot)
+                stored = self._writer.open(context.schema_snapshot)
             if not list_files(self.directory):
                 self._writer.last_ts = resume_ts  # the first file's header: nothing at or below is relayed
         except (OSError, SchemaTrackError) as exc:
@@ -239,7 +221,22 @@ class RelaySink:
             resume_ts,
         )
         self._update_usage()
-        self.inner.open(resume_ts)
+        self.inner.open(context)
+
+    def _claim(self, cluster_id: int) -> None:
+        """Record (or check) the cluster the relay belongs to; refuses another cluster's relay."""
+        try:
+            stored = read_cluster_id(self.directory)
+            if stored is not None and stored != cluster_id and list_files(self.directory):
+                raise RelayError(
+                    f"relay.dir: {self.directory} holds the relay log of cluster {stored}, this is "
+                    f"cluster {cluster_id}; point relay.dir elsewhere or remove that directory"
+                )
+            if stored != cluster_id:
+                write_cluster_id(self.directory, cluster_id)
+        except OSError as exc:
+            raise RelayError(f"relay.dir: cannot write {self.directory / META_NAME}: {exc}") from exc
+        self.cluster_id = cluster_id
 
     def _ignored_in_relay(self, resume_ts: int) -> int:
         """The first relayed commit_ts above ``resume_ts`` listed in ``ignored``, or 0."""
@@ -419,15 +416,18 @@ def schema_after(directory: Path, state: CheckpointState) -> bytes:
 
 def _replay(config: DrainerConfig, directory: Path, cluster_id: int, state: CheckpointState) -> ReplaySummary:
     sink = build_sink(config.sink.types, config.sink.tables, Path(config.data_dir))
-    give_cluster_id(sink, cluster_id)
-    give_schema_snapshot(sink, state.schema)
-    _force_safe_mode(sink)
+    # Safe mode: the events above the checkpoint may be applied in part already.
+    context = SinkContext.at(
+        state.commit_ts, state.schema, cluster_id=cluster_id, safe_mode=True, data_dir=Path(config.data_dir)
+    )
+    log.info("sink %s: replaying the relay log in safe mode", sink.name)
     try:
         summary = replay(
             directory,
             sink,
             start_ts=state.commit_ts + 1,
             progress=lambda line: log.info("relay replay: %s", line),
+            context=context,
         )
     except BridgeError as exc:
         raise RelayError(
@@ -440,22 +440,3 @@ def _replay(config: DrainerConfig, directory: Path, cluster_id: int, state: Chec
             f"up to {summary.last_ts}; the checkpoint stays at {state.commit_ts}"
         )
     return summary
-
-
-def _force_safe_mode(sink: Sink) -> None:
-    """Turn safe mode on in ``sink`` (and in each sink of a fan-out) where there is one."""
-    parts = getattr(sink, "sinks", None)
-    if isinstance(parts, list):
-        for part in parts:
-            _force_safe_mode(part)
-        return
-    force = getattr(sink, "force_safe_mode", None)
-    if callable(force):
-        force(True)
-        log.info("sink %s: safe mode forced on for the replay", sink.name)
-    else:
-        log.info(
-            "sink %s has no force_safe_mode: it takes the events it applied before the crash again "
-            "per its own contract (e.g. the SQLite sink skips them by its own checkpoint)",
-            sink.name,
-        )

@@ -20,14 +20,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bridge.errors import ProtocolError, UserError
+from bridge.sink.contract import Sink, SinkContext
+from bridge.sink.events import DDLEvent, Event, TxnEvent
+from bridge.sink.schema import SchemaTracker
 from drainer.binlogfile import BinlogFileReader
 from drainer.builder import EventBuilder
-from drainer.events import DDLEvent, Event, TxnEvent
 from drainer.filter import TableFilter
 from drainer.merger import PulledTxn
 from drainer.pull import scan_header
-from drainer.schema import SchemaTracker
-from drainer.sinks.base import Sink
 
 log = logging.getLogger(__name__)
 
@@ -91,8 +91,10 @@ def replay(
     start_ts: int = 0,
     stop_ts: int = MAX_TS,
     progress: Callable[[str], None] | None = None,
+    context: SinkContext | None = None,
 ) -> ReplaySummary:
-    """Apply the stored events with ``start_ts <= commit_ts <= stop_ts`` to ``sink`` (opened here)."""
+    """Apply the stored events with ``start_ts <= commit_ts <= stop_ts`` to ``sink``, opened here
+    with ``context`` (default: resuming after ``start_ts - 1`` with the tables of the first file's header)."""
     reader = BinlogFileReader(directory)
     if not reader.files:
         raise UserError(f"replay: no binlog files in {directory}")
@@ -100,7 +102,7 @@ def replay(
     builder = EventBuilder(SchemaTracker.restore(snapshot), TableFilter())
     summary = ReplaySummary(files=len(reader.files) - first_file)
     started = time.monotonic()
-    sink.open(max(start_ts - 1, 0))
+    sink.open(context or SinkContext.at(max(start_ts - 1, 0), snapshot))
     try:
         _apply(reader, first_file, builder, _Batcher(sink, summary), (start_ts, stop_ts), progress)
     finally:

@@ -40,18 +40,22 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from bridge.errors import BridgeError
+from bridge.sink.contract import Sink, SinkContext
+from bridge.sink.driver import DriverMetrics, SinkDriver, SinkStopped, event_size
+from bridge.sink.events import DDLEvent, Event, ResolvedEvent
 from drainer import metrics
 from drainer.builder import EventBuilder
 from drainer.checkpoint import Checkpoint, CheckpointState
 from drainer.config import DrainerConfig
-from drainer.events import DDLEvent, Event, ResolvedEvent
 from drainer.merger import MergeFeed, PulledTxn
-from drainer.sinkdriver import SinkDriver, SinkStopped, event_size
-from drainer.sinks.base import Sink
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+DRIVER_METRICS = DriverMetrics(
+    metrics.SINK_WRITE_SECONDS, metrics.SINK_FLUSH_SECONDS, metrics.ERRORS.labels("sink")
+)
 
 
 @dataclass(frozen=True)
@@ -150,13 +154,27 @@ class Syncer:
         checkpoint: Checkpoint,
         start: CheckpointState,
         settings: SyncSettings | None = None,
+        context: SinkContext | None = None,
     ) -> None:
+        """``context``: what the sink is opened with (default: the checkpoint's position and
+        schema, cluster 0); its position and schema are ``start``'s whatever it says."""
         self.settings = settings or SyncSettings()
+        base = context or SinkContext()
+        self.context = SinkContext.at(
+            start.commit_ts,
+            start.schema,
+            cluster_id=base.cluster_id,
+            safe_mode=base.safe_mode,
+            data_dir=base.data_dir,
+            metrics_registry=base.metrics_registry,
+        )
         self._feed = feed
         self._builder = builder
         self._checkpoint = checkpoint
         self._abort = threading.Event()
-        self.driver = SinkDriver(sink, self._abort, self.settings.retry_initial, self.settings.retry_max)
+        self.driver = SinkDriver(
+            sink, self._abort, self.settings.retry_initial, self.settings.retry_max, DRIVER_METRICS
+        )
         self._queue = EventQueue(self.settings.queue_events, self.settings.queue_bytes)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="drainer-sink")
         self._history: list[tuple[int, bytes]] = [(start.commit_ts, start.schema)]
@@ -176,7 +194,7 @@ class Syncer:
     async def run(self) -> None:
         """Open the sink and replicate until stopped; raises what stopped it otherwise."""
         try:
-            await self._in_sink_thread(self.driver.open, self.start_ts, self._history[0][1])
+            await self._in_sink_thread(self.driver.open, self.context)
             if self.clean_stop:
                 self._queue.close()
             else:

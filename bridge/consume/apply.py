@@ -2,15 +2,15 @@
 
 :class:`Applier` turns what :class:`~bridge.consume.ordering.ResolvedBuffer`
 releases (row changes and DDL events in commit order) back into the events
-the drainer hands its sinks — a :class:`~drainer.events.DDLEvent` per DDL
+the drainer hands its sinks — a :class:`~bridge.sink.events.DDLEvent` per DDL
 (its ``SchemaChange`` rebuilt from the DDL event record) and a
-:class:`~drainer.events.TxnEvent` per commit_ts (its rows as
-:class:`~drainer.events.RowChange` with values from
+:class:`~bridge.sink.events.TxnEvent` per commit_ts (its rows as
+:class:`~bridge.sink.events.RowChange` with values from
 :meth:`bridge.avro.TableAvro.values`) — and writes them to a sink built for
 the target DSN: :class:`drainer.sinks.sqlite.SQLiteSink` (``sqlite:`` DSNs,
 the path is a directory with one file per upstream database) or
 :class:`drainer.sinks.mysql.MySQLSink` (``mysql://``). After each batch a
-:class:`~drainer.events.ResolvedEvent` at the released watermark moves the
+:class:`~bridge.sink.events.ResolvedEvent` at the released watermark moves the
 sink's own checkpoint there, so a restarted consumer skips what it applied.
 
 Table schemas come from the DDL stream only: a CREATE TABLE (or ALTER,
@@ -31,9 +31,9 @@ from typing import Any, cast
 from bridge.consume.items import OPS, DDLItem, Ordered, RowItem
 from bridge.errors import BridgeError, UserError
 from bridge.proto import row_pb2
-from drainer.events import ChangeKind, DDLEvent, Event, ResolvedEvent, RowChange, TxnEvent
-from drainer.sinks.base import Sink
-from drainer.sinks.registry import give_cluster_id, give_schema_snapshot
+from bridge.sink.contract import Sink, SinkContext
+from bridge.sink.events import ChangeKind, DDLEvent, Event, ResolvedEvent, RowChange, TxnEvent
+from bridge.sink.schema import SchemaTracker, SchemaTrackError, TableChange
 
 log = logging.getLogger(__name__)
 
@@ -105,9 +105,7 @@ class SchemaBook:
         return len(self._tables)
 
     def snapshot(self) -> bytes:
-        """The tables as a :class:`drainer.schema.SchemaTracker` snapshot (what the drainer hands sinks)."""
-        from drainer.schema import SchemaTracker, SchemaTrackError
-
+        """The tables as a :class:`bridge.sink.schema.SchemaTracker` snapshot (what a sink is opened with)."""
         tracker = SchemaTracker()
         try:
             for schema in self._tables.values():
@@ -122,7 +120,25 @@ class SchemaBook:
             ) from exc
         return tracker.snapshot()
 
-    def apply(self, change: row_pb2.SchemaChange) -> None:
+    def apply(self, change: row_pb2.SchemaChange) -> TableChange:
+        """Apply one DDL; returns the table's schema before and after it (as a DDLEvent carries)."""
+        kind = change.kind
+        before: row_pb2.TableSchema | None = None
+        if kind == SchemaChange.RENAME_TABLE:
+            before = self.get(change.old_db, change.old_table)
+        elif kind not in (
+            SchemaChange.CREATE_DATABASE,
+            SchemaChange.DROP_DATABASE,
+            SchemaChange.CREATE_TABLE,
+        ):
+            before = self.get(change.db, change.table)
+        self._apply(change)
+        after = None
+        if change.HasField("table_schema") and kind != SchemaChange.DROP_TABLE:
+            after = change.table_schema
+        return TableChange(before, after)
+
+    def _apply(self, change: row_pb2.SchemaChange) -> None:
         kind = change.kind
         if kind == SchemaChange.DROP_DATABASE:
             db = change.db.lower()
@@ -209,8 +225,8 @@ class Applier:
         """Learn what the target applied already; returns that commit_ts (0 when fresh)."""
         if not self._probed:
             self.cluster_id = cluster_id
-            probe = self._new_sink()
-            probe.open(0)
+            probe = self.factory()
+            probe.open(SinkContext(cluster_id=self.cluster_id or 0))
             try:
                 self.checkpoint = probe.flush()
             finally:
@@ -219,19 +235,14 @@ class Applier:
             log.info("consume: the target applied up to commit_ts %d", self.checkpoint)
         return self.checkpoint
 
-    def _new_sink(self) -> Sink:
-        sink = self.factory()
-        if self.cluster_id is not None:
-            give_cluster_id(sink, self.cluster_id)
-        return sink
-
     def _writer(self) -> Sink:
         """The sink that writes, opened at the checkpoint with the schemas as of now."""
         if self.sink is None:
-            sink = self._new_sink()
-            if callable(getattr(sink, "set_schema_snapshot", None)):  # only sinks that track schemas
-                give_schema_snapshot(sink, self.schemas.snapshot())
-            sink.open(self.checkpoint)
+            sink = self.factory()
+            context = SinkContext.at(
+                self.checkpoint, self.schemas.snapshot(), cluster_id=self.cluster_id or 0
+            )
+            sink.open(context)
             self.sink = sink
             log.info("consume: applying to %s after commit_ts %d", sink.name, self.checkpoint)
         return self.sink
@@ -301,9 +312,9 @@ class Applier:
             self.stats.skipped += 1
             return None
         self._writer()  # opened with the schemas before this DDL
-        self.schemas.apply(change)
+        before, after = self.schemas.apply(change)
         self.stats.ddl += 1
-        return DDLEvent(item.start_ts, item.commit_ts, b"", item.query, change)
+        return DDLEvent(item.start_ts, item.commit_ts, b"", item.query, change, before, after)
 
     def _txn(self, rows: list[RowItem]) -> Iterator[TxnEvent]:
         first = rows[0]

@@ -1,2 +1,2 @@
 """Sinks: where the drainer's ordered change stream goes. One module per sink,
-all behind :class:`drainer.sinks.base.Sink`; built from config by name."""
+all behind :class:`bridge.sink.contract.Sink`; built from config by name."""

@@ -21,8 +21,8 @@ stored once. Each file's header carries the table schemas valid at its
 start; the sink follows them through the DDL events it stores. A sink
 starting on an empty directory while the drainer already tracks tables
 (a checkpoint from before this sink existed) gets their schemas from the
-drainer through :meth:`FileSink.set_schema_snapshot`, called before ``open``;
-without it those tables' rows are stored but a replay cannot decode them.
+context it is opened with (``SinkContext.schema_snapshot``); without them
+those tables' rows are stored but a replay cannot decode them.
 """
 
 from __future__ import annotations
@@ -35,10 +35,11 @@ from typing import Any
 
 from bridge.config import build
 from bridge.errors import ConfigError
+from bridge.sink.contract import Sink, SinkContext
+from bridge.sink.errors import SinkApplyError, SinkError, SinkUnavailable
+from bridge.sink.events import DDLEvent, Event, ResolvedEvent
+from bridge.sink.schema import SchemaTrackError
 from drainer.binlogfile import BinlogFileWriter
-from drainer.events import DDLEvent, Event, ResolvedEvent
-from drainer.schema import SchemaTrackError
-from drainer.sinks.errors import SinkApplyError, SinkError, SinkUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,7 @@ class FileSinkConfig:
             raise ConfigError(f"sink.file.max-file-size: at least 4096 bytes, got {self.max_file_size}")
 
 
-class FileSink:
+class FileSink(Sink):
     """See the module docstring. Built as ``FileSink(config_table, data_dir)``."""
 
     name = "file"
@@ -62,17 +63,15 @@ class FileSink:
         self.config = build(FileSinkConfig, config_table, prefix="sink.file.")
         self.directory = Path(self.config.path) if self.config.path else Path(data_dir) / "binlog-files"
         self._writer = BinlogFileWriter(self.directory, self.config.max_file_size)
-        self._snapshot = b""
         self._position = 0
         self._open = False
 
-    def set_schema_snapshot(self, snapshot: bytes) -> None:
-        """The drainer's schema snapshot at the resume position; used only when no file exists yet."""
-        self._snapshot = snapshot
-
-    def open(self, resume_ts: int) -> None:
+    def open(self, context: SinkContext) -> None:
+        super().open(context)
+        resume_ts = context.resume_ts
         try:
-            stored = self._writer.open(self._snapshot)
+            # The snapshot is used only when no file exists yet (the first file's header).
+            stored = self._writer.open(context.schema_snapshot)
         except (OSError, SchemaTrackError) as exc:
             raise SinkError(f"file sink {self.directory}: cannot recover the binlog files: {exc}") from exc
         self._position = max(stored, resume_ts)

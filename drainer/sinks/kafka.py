@@ -70,11 +70,11 @@ from bridge.config import build
 from bridge.errors import BridgeError, ConfigError
 from bridge.proto import row_pb2
 from bridge.schema import table_name
+from bridge.sink.contract import Sink, SinkContext
+from bridge.sink.errors import SinkApplyError, SinkError, SinkUnavailable
+from bridge.sink.events import DDLEvent, Event, ResolvedEvent, RowChange, TxnEvent
 from bridge.tso import physical_ms
-from drainer.events import DDLEvent, Event, ResolvedEvent, RowChange, TxnEvent
-from drainer.schema import SchemaTracker, SchemaTrackError
 from drainer.sinks import kafka_metrics as metrics
-from drainer.sinks.errors import SinkApplyError, SinkError, SinkUnavailable
 from drainer.sinks.kafka_delivery import Batch, DeliveryTracker, Failure
 from drainer.sinks.kafka_topics import TopicAdmin, TopicNames, TopicSpec, check_template
 
@@ -273,7 +273,7 @@ def _with_last(changes: Iterator[RowChange]) -> Iterator[tuple[RowChange, bool]]
         yield previous, True
 
 
-class KafkaSink:
+class KafkaSink(Sink):
     """See the module docstring. Built as ``KafkaSink(config_table, data_dir)``."""
 
     name = "kafka"
@@ -292,9 +292,8 @@ class KafkaSink:
             if name in _OWNED:
                 raise ConfigError(f"sink.kafka.producer.{name}: set by the sink {_OWNED[name]}; remove it")
         self.names = TopicNames(self.config.prefix, self.config.topic_template)
-        self.cluster_id = 0
+        self.cluster_id = 0  # the cluster replicated: source.cluster_id of every message (from open)
         self.single_object = not self.config.schema_registry_url
-        self._snapshot = b""
         self._admin = TopicAdmin(self._admin_settings(), min(self.config.delivery_timeout, 30.0))
         self._producer: Producer | None = None
         self._codec: _Codec | None = None
@@ -323,16 +322,6 @@ class KafkaSink:
         # the message has its topic, partition and offset. For embedding, benchmarks and tests.
         self.on_acknowledged: Callable[[str, int, Message], None] | None = None
         self.registry: SchemaRegistryClient | None = None
-
-    # -- drainer hooks ------------------------------------------------------
-
-    def set_cluster_id(self, cluster_id: int) -> None:
-        """The cluster the drainer replicates: ``source.cluster_id`` of every message."""
-        self.cluster_id = cluster_id
-
-    def set_schema_snapshot(self, snapshot: bytes) -> None:
-        """The drainer's schema snapshot at the resume position: ``open`` creates these tables' topics."""
-        self._snapshot = snapshot
 
     # -- settings -------------------------------------------------------------
 
@@ -384,7 +373,11 @@ class KafkaSink:
 
     # -- Sink protocol ------------------------------------------------------
 
-    def open(self, resume_ts: int) -> None:
+    def open(self, context: SinkContext) -> None:
+        """Creates the topics of the DDL stream (and schemas) and of every table in the context."""
+        super().open(context)
+        resume_ts = context.resume_ts
+        self.cluster_id = context.cluster_id
         if self._producer is None:
             self._producer = self._new_producer()
         if self._codec is None:
@@ -392,13 +385,8 @@ class KafkaSink:
         self._tracker = DeliveryTracker(resume_ts)
         self._written = self._resolved_published = resume_ts
         self._resolved_at = time.monotonic()
-        try:
-            tracker = SchemaTracker.restore(self._snapshot)
-        except SchemaTrackError as exc:
-            raise SinkError(f"kafka sink: the drainer's schema snapshot is unreadable: {exc}") from exc
-        for tracked in tracker.tables:
-            topic = self.names.table(tracked.schema.db, tracked.schema.table)
-            self._remember(tracked.schema.db, tracked.schema.table, topic)
+        for schema in context.tables:
+            self._remember(schema.db, schema.table, self.names.table(schema.db, schema.table))
         # Kept forever: a consumer reading from the beginning replays every DDL (docs/consume.md).
         wanted = {self.names.ddl: TopicSpec(1, self.config.replication_factor, {"retention.ms": "-1"})}
         if self.single_object:

@@ -4,7 +4,7 @@ Every event the sink writes becomes a :class:`Batch` (its commit_ts and how
 many of its messages await a delivery report). Batches are kept in the
 order they were produced; the **acked position** is the commit_ts of the
 last batch of the longest prefix whose messages were all acknowledged, and
-whose producing finished. A :class:`~drainer.events.ResolvedEvent` is a
+whose producing finished. A :class:`~bridge.sink.events.ResolvedEvent` is a
 batch without messages: it moves the position once everything before it is
 acknowledged.
 

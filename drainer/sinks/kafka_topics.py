@@ -32,7 +32,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from bridge.errors import ConfigError
-from drainer.sinks.errors import SinkApplyError, SinkError, SinkUnavailable
+from bridge.sink.errors import SinkApplyError, SinkError, SinkUnavailable
 
 log = logging.getLogger(__name__)
 _RDKAFKA_LOG = logging.getLogger("drainer.sinks.kafka.librdkafka")  # librdkafka's own log lines

@@ -66,10 +66,11 @@ from bridge.config import build
 from bridge.errors import ConfigError
 from bridge.producer.dsn import Dsn, parse_dsn
 from bridge.proto import row_pb2
-from drainer.events import DDLEvent, Event, ResolvedEvent, TxnEvent
-from drainer.schema import SchemaTracker, SchemaTrackError
+from bridge.sink.contract import Sink, SinkContext
+from bridge.sink.errors import SinkApplyError, SinkError, SinkUnavailable
+from bridge.sink.events import DDLEvent, Event, ResolvedEvent, TxnEvent
+from bridge.sink.schema import SchemaTracker, SchemaTrackError
 from drainer.sinks import mysql_metrics as metrics
-from drainer.sinks.errors import SinkApplyError, SinkError, SinkUnavailable
 from drainer.sinks.mysql_batch import Op, TableWriter, units
 from drainer.sinks.mysql_causality import Causality, KeyPlan, key_plan
 from drainer.sinks.mysql_conn import ConnectSettings, close_quietly, translate_error
@@ -172,7 +173,7 @@ class _Table:
     keys: KeyPlan
 
 
-class MySQLSink:
+class MySQLSink(Sink):
     """See the module docstring. Built as ``MySQLSink(config_table, data_dir)``."""
 
     name = "mysql"
@@ -189,8 +190,7 @@ class MySQLSink:
             config.sql_mode,
             config.foreign_key_checks,
         )
-        self.cluster_id = 0
-        self._snapshot = b""
+        self.cluster_id = 0  # keys the progress rows (from open)
         self._translator = Translator(MySQLDialect())
         self._tables: dict[int, tuple[row_pb2.TableSchema, _Table]] = {}
         self._progress_ref = f"{quote(config.progress_schema)}.`sink_progress`"
@@ -221,29 +221,23 @@ class MySQLSink:
         self._rows_at_flush = 0
         self.conflict_flushes = 0
 
-    # -- optional hooks ------------------------------------------------------
-
-    def set_cluster_id(self, cluster_id: int) -> None:
-        self.cluster_id = int(cluster_id)
-
-    def set_schema_snapshot(self, snapshot: bytes) -> None:
-        self._snapshot = bytes(snapshot)
-
-    def force_safe_mode(self, on: bool) -> None:
-        """Safe mode regardless of time and position while ``on`` (the relay-log replay uses it)."""
-        self._forced_safe = bool(on)
-        metrics.SAFE_MODE.set(1 if on or self.config.safe_mode else 0)
-
     # -- protocol ----------------------------------------------------------------
 
-    def open(self, resume_ts: int) -> None:
+    def open(self, context: SinkContext) -> None:
+        """``context.safe_mode`` (the relay-log replay sets it) turns safe mode on regardless of
+        time and position for as long as the sink is open."""
+        super().open(context)
+        resume_ts = context.resume_ts
+        self.cluster_id = context.cluster_id
+        self._forced_safe = context.safe_mode
+        metrics.SAFE_MODE.set(1 if context.safe_mode or self.config.safe_mode else 0)
         try:
-            self._tracker = SchemaTracker.restore(self._snapshot)
+            self._tracker = SchemaTracker.restore(context.schema_snapshot)
         except SchemaTrackError as exc:
             raise SinkApplyError(
                 f"mysql sink: the schema snapshot at commit_ts {resume_ts} is unusable: {exc}"
             ) from exc
-        self._committed_snapshot = self._snapshot
+        self._committed_snapshot = context.schema_snapshot
         self._committed_snapshot_ts = self._tracker_ts = resume_ts
         try:
             conn = self._control_conn()

@@ -51,7 +51,7 @@ from typing import NamedTuple
 from pymysql.converters import escape_item, escape_timedelta
 
 from bridge.proto import row_pb2
-from drainer.sinks.errors import SinkApplyError
+from bridge.sink.errors import SinkApplyError
 from drainer.translator.sql import TableSQL
 from drainer.translator.sqlite import datetime_text
 

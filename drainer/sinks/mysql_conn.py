@@ -39,7 +39,7 @@ import pymysql
 from pymysql.constants import CLIENT
 
 from bridge.producer.dsn import Dsn
-from drainer.sinks.errors import SinkApplyError, SinkError, SinkUnavailable
+from bridge.sink.errors import SinkApplyError, SinkError, SinkUnavailable
 
 log = logging.getLogger(__name__)
 

@@ -36,8 +36,8 @@ from typing import Any
 
 import pymysql
 
+from bridge.sink.errors import SinkApplyError, SinkError
 from drainer.sinks import mysql_metrics as metrics
-from drainer.sinks.errors import SinkApplyError, SinkError
 from drainer.sinks.mysql_batch import STATEMENT_BYTES, Batch, Unit
 from drainer.sinks.mysql_conn import Backoff, ConnectSettings, close_quietly, translate_error
 

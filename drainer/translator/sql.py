@@ -1,6 +1,6 @@
 """Row changes to SQL statements, independent of any database.
 
-:class:`Translator` turns a :class:`drainer.events.RowChange` into
+:class:`Translator` turns a :class:`bridge.sink.events.RowChange` into
 ``(sql, params)`` statements with the help of a
 :class:`~drainer.translator.dialect.Dialect`. The rules:
 
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from bridge.proto import row_pb2
 from bridge.schema import key_positions, table_name
-from drainer.events import RowChange
+from bridge.sink.events import RowChange
 from drainer.translator.dialect import Converter, Dialect
 
 Statement = tuple[str, tuple[object, ...]]

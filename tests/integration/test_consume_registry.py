@@ -19,8 +19,9 @@ from bridge.consume.apply import Applier
 from bridge.consume.reader import ChangeReader
 from bridge.consume.runner import Limits, run_apply
 from bridge.proto import row_pb2
+from bridge.sink.contract import SinkContext
+from bridge.sink.events import DDLEvent, Event, RowChange, TxnEvent
 from bridge.tso import compose
-from drainer.events import DDLEvent, Event, RowChange, TxnEvent
 from drainer.sinks.kafka import KafkaSink
 from drainer.sinks.sqlite import SQLiteSink
 
@@ -49,7 +50,8 @@ def txn(ts: int, changes: list[RowChange]) -> TxnEvent:
 
 def ddl(ts: int, kind: int, schema: row_pb2.TableSchema, query: str) -> DDLEvent:
     change = Change(kind=kind, db=schema.db, table=schema.table, table_schema=schema)  # type: ignore[arg-type]
-    return DDLEvent(ts - 1, ts, b"", query, change)
+    before = None if kind == Change.CREATE_TABLE else accounts(False)
+    return DDLEvent(ts - 1, ts, b"", query, change, before, schema)
 
 
 def events(base: int) -> list[Event]:
@@ -83,8 +85,7 @@ def test_registry_encoded_topics_apply_in_order(
     sink = KafkaSink(
         {"bootstrap-servers": kafka_bootstrap, "prefix": unique_name, "schema-registry-url": url}, tmp_path
     )
-    sink.set_cluster_id(4)
-    sink.open(0)
+    sink.open(SinkContext(cluster_id=4))
     base = compose(int(time.time() * 1000), 0)
     written = events(base)
     try:
@@ -92,7 +93,7 @@ def test_registry_encoded_topics_apply_in_order(
         position = sink.flush()  # acknowledged: watermarks at the position go out with the flush
         assert position == written[-1].commit_ts
         # the same events again, as a drainer restarted from an older checkpoint writes them
-        sink.open(0)
+        sink.open(SinkContext(cluster_id=4))
         sink.write(written)
         assert sink.flush() == written[-1].commit_ts
     finally:

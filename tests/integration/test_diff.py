@@ -14,6 +14,7 @@ import pytest
 
 from bridge.apps.diff import diff
 from bridge.dsn import Dsn, parse_dsn
+from bridge.sink.contract import SinkContext
 from drainer.sinks.sqlite import SQLiteSink
 from tests.support import all_types
 from tests.support.binlog_events import EventStream
@@ -151,7 +152,7 @@ def test_mariadb_upstream_equals_the_sqlite_sink_for_every_type(mariadb: Dsn, tm
     conn.commit()
     stream = EventStream()
     sink = SQLiteSink({"path": str(tmp_path)}, tmp_path)
-    sink.open(0)
+    sink.open(SinkContext())
     sink.write([stream.create(all_types.schema(db)), stream.inserts(f"{db}.all_types", all_types.ROWS)])
     sink.flush()
     sink.close()

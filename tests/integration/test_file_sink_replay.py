@@ -8,10 +8,10 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from bridge.sink.events import Event, ResolvedEvent
-
 from bridge.apps.diff import diff
 from bridge.proto import row_pb2
+from bridge.sink.contract import SinkContext
+from bridge.sink.events import Event, ResolvedEvent
 from bridge.tso import compose, physical_ms
 from drainer.binlogfile import RECORD_HEAD, list_files
 from drainer.replay import replay
@@ -51,13 +51,13 @@ def realistic_stream() -> EventStream:
 
 def file_sink(path: Path, **config: object) -> FileSink:
     sink = FileSink({"path": str(path), "max-file-size": 4096, **config}, path)
-    sink.open(0)
+    sink.open(SinkContext())
     return sink
 
 
 def apply_directly(events: list[Event], path: Path) -> None:
     sink = SQLiteSink({"path": str(path)}, path)
-    sink.open(0)
+    sink.open(SinkContext())
     sink.write(events)
     sink.flush()
     sink.close()
@@ -87,7 +87,9 @@ def test_torn_tail_is_cut_and_resent_events_are_stored_once(tmp_path: Path) -> N
     with last.open("ab") as f:  # a record the crash cut short
         f.write(RECORD_HEAD.pack(0x42424631, 1000, 0) + b"torn")
     again = FileSink({"path": str(tmp_path / "files")}, tmp_path)
-    again.open(events[10].commit_ts)  # the drainer's checkpoint is older than the files
+    again.open(
+        SinkContext(resume_ts=events[10].commit_ts)
+    )  # the drainer's checkpoint is older than the files
     again.write(events)  # everything from its checkpoint on, again
     assert again.flush() == events[-1].commit_ts
     again.close()
@@ -149,8 +151,7 @@ def test_a_sink_started_after_tables_exist_takes_the_drainers_snapshot(tmp_path:
     before = workload(stream, 5)  # the drainer saw these before the file sink existed
     later = [stream.inserts("shop.k", [(50, "late", None)])]
     sink = FileSink({"path": str(tmp_path / "files")}, tmp_path)
-    sink.set_schema_snapshot(stream.tracker.snapshot())
-    sink.open(before[-1].commit_ts)
+    sink.open(SinkContext.at(before[-1].commit_ts, stream.tracker.snapshot()))
     sink.write(later)
     sink.flush()
     sink.close()

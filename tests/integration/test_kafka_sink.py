@@ -21,9 +21,10 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 from bridge.avro import Decoder
 from bridge.proto import row_pb2
-from drainer.events import Event, ResolvedEvent, TxnEvent
-from drainer.schema import SchemaTracker
-from drainer.sinks.errors import SinkApplyError, SinkUnavailable
+from bridge.sink.contract import SinkContext
+from bridge.sink.errors import SinkApplyError, SinkUnavailable
+from bridge.sink.events import Event, ResolvedEvent, TxnEvent
+from bridge.sink.schema import SchemaTracker
 from drainer.sinks.kafka import KafkaSink, schema_registry_client
 from tests.support.binlog_events import EventStream, table_schema
 
@@ -34,9 +35,12 @@ HANG_GUARD = 30.0
 
 
 def make_sink(bootstrap: str, prefix: str, **config: object) -> KafkaSink:
-    sink = KafkaSink({"bootstrap-servers": bootstrap, "prefix": prefix, **config}, Path("/nonexistent"))
-    sink.set_cluster_id(7)
-    return sink
+    return KafkaSink({"bootstrap-servers": bootstrap, "prefix": prefix, **config}, Path("/nonexistent"))
+
+
+def context(resume_ts: int = 0, snapshot: bytes = b"") -> SinkContext:
+    """What the drainer of cluster 7 opens the sink with."""
+    return SinkContext.at(resume_ts, snapshot, cluster_id=7)
 
 
 def read(bootstrap: str, topic: str, count: int) -> list[Message]:
@@ -101,7 +105,7 @@ def changes(stream: EventStream, db: str) -> list[Event]:
 
 
 def run(sink: KafkaSink, events: list[Event], resume_ts: int = 0) -> int:
-    sink.open(resume_ts)
+    sink.open(context(resume_ts))
     try:
         sink.write(events)
         return sink.flush()
@@ -353,9 +357,8 @@ def test_resolved_watermarks_reach_every_partition_after_every_row_they_cover(
     txns = changes(stream, "shop")
     batches = [txns[0:2], txns[2:4], txns[4:]]
     sink = make_sink(kafka_bootstrap, unique_name, **{"resolved-interval": "0s"})
-    sink.set_schema_snapshot(tracker.snapshot())
     acks = Acks(sink)
-    sink.open(0)
+    sink.open(context(0, tracker.snapshot()))
     sink.write(ddl)
     positions = []
     for batch in batches:
@@ -388,7 +391,7 @@ def test_an_oversize_message_fails_naming_table_and_commit_ts(kafka_bootstrap: s
     stream = EventStream()
     events = [*shop(stream, "shop"), stream.inserts("shop.k", [(1, "x" * 5000, 1)])]
     sink = make_sink(kafka_bootstrap, unique_name, **{"max-message-bytes": 2048})
-    sink.open(0)
+    sink.open(context())
     try:
         with pytest.raises(
             SinkApplyError, match=rf"commit_ts {events[-1].commit_ts}: table shop.k: .*max-message-bytes"

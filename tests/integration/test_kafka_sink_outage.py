@@ -14,9 +14,10 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from bridge.proto import row_pb2
-from drainer.events import Event
-from drainer.sinkdriver import SinkDriver
-from drainer.sinks.errors import SinkUnavailable
+from bridge.sink.contract import SinkContext
+from bridge.sink.driver import SinkDriver
+from bridge.sink.errors import SinkUnavailable
+from bridge.sink.events import Event
 from drainer.sinks.kafka import KafkaSink
 from tests.support.binlog_events import EventStream, table_schema
 from tests.support.process import ChildProcess, free_port, wait_until
@@ -93,7 +94,7 @@ def test_nothing_listening_is_a_retriable_error_at_open(unique_name: str) -> Non
     )
     try:
         with pytest.raises(SinkUnavailable, match=r"opening: creating topic") as raised:
-            sink.open(0)
+            sink.open(SinkContext())
         assert raised.value.retriable
     finally:
         sink.close()
@@ -110,7 +111,7 @@ def test_an_outage_fails_flushes_until_the_broker_is_back_and_loses_nothing(
         {"bootstrap-servers": broker.bootstrap, "prefix": unique_name, "delivery-timeout": "2s"},
         Path("/nonexistent"),
     )
-    sink.open(0)
+    sink.open(SinkContext())
     try:
         sink.write([create, *first])
         flushed = sink.flush()
@@ -185,7 +186,7 @@ def test_a_producer_that_failed_fatally_is_replaced_at_the_next_write_and_nothin
     first, second = txns(stream, 1, 5), txns(stream, 6, 5)
     sink = KafkaSink({"bootstrap-servers": kafka_bootstrap, "prefix": unique_name}, Path("/nonexistent"))
     driver = SinkDriver(sink, threading.Event(), retry_initial=0.05, retry_max=0.2)
-    driver.open(0)
+    driver.open(SinkContext())
     try:
         driver.write([create, *first])
         assert driver.flush() == first[-1].commit_ts

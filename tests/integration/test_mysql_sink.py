@@ -16,14 +16,15 @@ from typing import Any
 
 import pymysql
 import pytest
-from bridge.sink.events import Event, ResolvedEvent
-from bridge.sink.driver import SinkDriver
-from bridge.sink.errors import SinkApplyError
 from prometheus_client import REGISTRY
 
 from bridge.apps.diff import diff
-from bridge.producer.dsn import Dsn, parse_dsn
+from bridge.dsn import Dsn, parse_dsn
 from bridge.proto import row_pb2
+from bridge.sink.contract import SinkContext
+from bridge.sink.driver import SinkDriver
+from bridge.sink.errors import SinkApplyError
+from bridge.sink.events import Event, ResolvedEvent
 from drainer.sinks.mysql import MySQLSink
 from tests.support import all_types
 from tests.support.binlog_events import EventStream, table_schema
@@ -48,13 +49,14 @@ class Downstream:
         auth = self.dsn.user + (f":{self.dsn.password}" if self.dsn.password else "")
         return f"mysql://{auth}@{self.dsn.host}:{self.dsn.port}/"
 
-    def sink(self, resume_ts: int = 0, snapshot: bytes = b"", **config: object) -> MySQLSink:
+    def sink(
+        self, resume_ts: int = 0, snapshot: bytes = b"", safe_mode: bool = False, **config: object
+    ) -> MySQLSink:
+        """An open sink; ``safe_mode`` is the context's flag (what the relay-log replay sets)."""
         settings: dict[str, object] = {"dsn": self.url, "progress-schema": self.progress, "worker-count": 16}
         settings.update({k.replace("_", "-"): v for k, v in config.items()})
         sink = MySQLSink(settings, Path("/nonexistent"))
-        sink.set_cluster_id(self.cluster_id)
-        sink.set_schema_snapshot(snapshot)
-        sink.open(resume_ts)
+        sink.open(SinkContext.at(resume_ts, snapshot, cluster_id=self.cluster_id, safe_mode=safe_mode))
         return sink
 
     def query(self, sql: str, params: Sequence[object] = ()) -> list[tuple[Any, ...]]:
@@ -542,8 +544,7 @@ def test_a_downstream_stopped_mid_run_only_delays_replication(tmp_path: Path, po
         ddl = keyed_and_keyless(stream, db)
         events = load(stream, db, 300)
         sink = MySQLSink({"dsn": server.dsn, "retry-max": "500ms", "txn-rows": 40}, tmp_path)
-        sink.set_cluster_id(7)
-        sink.open(0)
+        sink.open(SinkContext(cluster_id=7))
         driver = SinkDriver(sink, threading.Event(), retry_initial=0.05, retry_max=0.5)
         retries_before = retries_total()
         written, stopped = threading.Event(), threading.Event()
@@ -604,16 +605,18 @@ def test_forced_safe_mode_makes_a_replay_idempotent_and_can_be_lifted(down: Down
     finally:
         first.close()
     down.execute(f"DROP DATABASE `{down.progress}`")  # nothing tells the next sink what was applied
-    second = down.sink(safe_mode_duration="0s")
+    second = down.sink(safe_mode=True, safe_mode_duration="0s")  # what the relay-log replay does
     try:
-        second.force_safe_mode(True)  # what the relay-log replay does
         assert apply(second, events) == events[-1].commit_ts
-        second.force_safe_mode(False)
-        again = stream.inserts(name, [(3, "b")])
-        with pytest.raises(SinkApplyError, match="1062"):
-            apply(second, [again])
     finally:
         second.close()
+    third = down.sink(events[-1].commit_ts, stream.tracker.snapshot(), safe_mode_duration="0s")  # lifted
+    try:
+        again = stream.inserts(name, [(3, "b")])
+        with pytest.raises(SinkApplyError, match="1062"):
+            apply(third, [again])
+    finally:
+        third.close()
     assert down.query(f"SELECT count(*) FROM `{down.db}`.f") == [(20,)]
 
 

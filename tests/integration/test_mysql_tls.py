@@ -15,11 +15,11 @@ from typing import Any
 
 import pymysql
 import pytest
-from bridge.sink.errors import SinkApplyError
 
 from bridge.apps.diff.mysql_source import MySQLSource
 from bridge.apps.diff.sources import DiffSourceError
-from bridge.producer.dsn import Dsn, parse_dsn
+from bridge.dsn import Dsn, parse_dsn
+from bridge.sink.errors import SinkApplyError
 from drainer.sinks.mysql_conn import ConnectSettings, translate_error
 from tests.support.mariadb_instance import MariaDBInstance
 from tests.support.process import free_port

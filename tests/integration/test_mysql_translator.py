@@ -8,11 +8,11 @@ from typing import Any
 
 import pymysql
 import pytest
-from bridge.sink.events import RowChange
 
 from bridge.apps.diff import diff
-from bridge.producer.dsn import Dsn, parse_dsn
+from bridge.dsn import Dsn, parse_dsn
 from bridge.proto import row_pb2
+from bridge.sink.events import RowChange
 from drainer.translator.mysql import MySQLDialect
 from drainer.translator.sql import Translator
 from tests.support import all_types

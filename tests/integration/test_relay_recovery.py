@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from bridge.sink.events import Event
 
 from bridge.apps.demo import tomlfile
+from bridge.sink.contract import SinkContext
+from bridge.sink.events import Event
 from drainer.binlogfile import list_files
 from drainer.checkpoint import CheckpointState
 from drainer.checkpoint.file import FileCheckpoint
@@ -55,12 +56,11 @@ def crash_state(data_dir: Path, events: list[Event], applied: int, checkpoint_at
     scratch = data_dir / "scratch"
     scratch.mkdir(parents=True)
     relay = RelaySink(RecordingSink({}, scratch), data_dir / "relay", 8192)
-    relay.set_cluster_id(CLUSTER)
-    relay.open(0)
+    relay.open(SinkContext(cluster_id=CLUSTER))
     relay.write(events)
     relay.close()
     sink = SQLiteSink({}, data_dir)
-    sink.open(0)
+    sink.open(SinkContext())
     sink.write(events[:applied])
     assert sink.flush() == events[applied - 1].commit_ts
     sink.close()

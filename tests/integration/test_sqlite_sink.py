@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from bridge.proto import row_pb2
-from drainer.events import ResolvedEvent
-from drainer.sinks.errors import SinkApplyError, SinkUnavailable
+from bridge.sink.contract import SinkContext
+from bridge.sink.errors import SinkApplyError, SinkUnavailable
+from bridge.sink.events import ResolvedEvent
 from drainer.sinks.sqlite import SQLiteSink
 from tests.support import all_types
 from tests.support.binlog_events import EventStream, table_schema
@@ -24,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def sink(path: Path, resume_ts: int = 0, **config: object) -> SQLiteSink:
     result = SQLiteSink({"path": str(path), **config}, path)
-    result.open(resume_ts)
+    result.open(SinkContext(resume_ts=resume_ts))
     return result
 
 
@@ -232,6 +233,7 @@ import json, resource, sys, time
 from pathlib import Path
 from drainer.merger import PulledTxn
 from drainer.pull import scan_header
+from bridge.sink.contract import SinkContext
 from drainer.sinks.sqlite import SQLiteSink
 from tests.support.binlog_events import EventStream, table_schema, T
 
@@ -249,7 +251,7 @@ pulled = PulledTxn(header.start_ts, header.commit_ts, payload, False, header.val
 txn = stream.builder.build(pulled).event
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 sink = SQLiteSink({"path": str(path / "sink"), "synchronous": "normal"}, path)
-sink.open(0)
+sink.open(SinkContext())
 started = time.perf_counter()
 sink.write([create, txn])
 sink.flush()

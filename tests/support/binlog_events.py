@@ -13,12 +13,12 @@ from collections.abc import Iterable, Sequence
 
 from bridge.binlog import BinlogType, TableMutationBuilder, ddl_prewrite, prewrite
 from bridge.proto import row_pb2
+from bridge.sink.events import DDLEvent, Event, TxnEvent
+from bridge.sink.schema import SchemaTracker
 from drainer.builder import EventBuilder
-from drainer.events import DDLEvent, Event, TxnEvent
 from drainer.filter import TableFilter
 from drainer.merger import PulledTxn
 from drainer.pull import scan_header
-from drainer.schema import SchemaTracker
 
 T = row_pb2.ColumnType
 Change = row_pb2.SchemaChange

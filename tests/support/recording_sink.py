@@ -1,4 +1,4 @@
-"""A TEST DOUBLE of the drainer's own ``Sink`` protocol: records every event it is given.
+"""A TEST DOUBLE of the ``Sink`` contract (:mod:`bridge.sink.contract`): records every event it is given.
 
 Not a downstream: it appends one JSON line per event to ``<data-dir>/events.jsonl``
 (``{"type": "txn"|"ddl"|"resolved", "commit_ts", "start_ts", "changes": [...]}``, and
@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from bridge.errors import BridgeError
-from drainer.events import DDLEvent, Event, ResolvedEvent, TxnEvent
+from bridge.sink.contract import Sink, SinkContext
+from bridge.sink.events import DDLEvent, Event, ResolvedEvent, TxnEvent
 
 SINK_TYPE = "tests.support.recording_sink:RecordingSink"
 
@@ -67,7 +68,7 @@ def event_record(event: Event, summarize: bool = False) -> dict[str, Any]:
     return record
 
 
-class RecordingSink:
+class RecordingSink(Sink):
     name = "recording"
 
     def __init__(self, config_table: Mapping[str, Any], data_dir: Path) -> None:
@@ -78,7 +79,9 @@ class RecordingSink:
         self._file: Any = None
         self._written = 0
 
-    def open(self, resume_ts: int) -> None:
+    def open(self, context: SinkContext) -> None:
+        super().open(context)
+        resume_ts = context.resume_ts
         if self.path.exists():  # drop a torn last line a SIGKILL left: it was never flushed
             data = self.path.read_bytes()
             with self.path.open("r+b") as f:

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from bridge.errors import ConfigError
+from bridge.sink.registry import FanOutSink, build_sink
 from drainer.checkpoint import CheckpointError, CheckpointState, build_checkpoint
 from drainer.checkpoint.file import FileCheckpoint
 from drainer.config import config_from_dict, load_config
-from drainer.sinks.registry import FanOutSink, build_sink
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from drainer.sinks.errors import SinkApplyError
+from bridge.sink.errors import SinkApplyError
 from drainer.sinks.kafka import redact_url, redacted
 from drainer.sinks.kafka_topics import TopicNames
 

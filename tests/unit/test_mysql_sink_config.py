@@ -9,8 +9,8 @@ import pymysql
 import pytest
 
 from bridge.errors import ConfigError
+from bridge.sink.errors import SinkApplyError, SinkUnavailable
 from drainer.config import config_from_dict
-from drainer.sinks.errors import SinkApplyError, SinkUnavailable
 from drainer.sinks.mysql import MySQLSink
 from drainer.sinks.mysql_conn import redact, translate_error
 

@@ -9,13 +9,14 @@ from pathlib import Path
 import pytest
 
 from bridge.proto import row_pb2
+from bridge.sink.contract import SinkContext
+from bridge.sink.events import DDLEvent, Event, ResolvedEvent
+from bridge.sink.schema import SchemaTracker
 from drainer.binlogfile import RECORD_HEAD, BinlogFileReader, iter_records, list_files
 from drainer.checkpoint import CheckpointState
 from drainer.checkpoint.file import FileCheckpoint
 from drainer.config import config_from_dict
-from drainer.events import DDLEvent, Event, ResolvedEvent
 from drainer.relay import META_NAME, RelayError, RelaySink, read_cluster_id, recover
-from drainer.schema import SchemaTracker
 from tests.support.binlog_events import EventStream, table_schema
 from tests.support.recording_sink import SINK_TYPE, RecordingSink, read_records
 
@@ -38,8 +39,7 @@ def relay_ts(directory: Path) -> list[int]:
 
 def open_relay(tmp_path: Path, resume_ts: int = 0, max_size: int = 4096, cluster: int = 7) -> RelaySink:
     relay = RelaySink(RecordingSink({}, tmp_path), tmp_path / "relay", max_size)
-    relay.set_cluster_id(cluster)
-    relay.open(resume_ts)
+    relay.open(SinkContext(resume_ts=resume_ts, cluster_id=cluster))
     return relay
 
 
@@ -88,7 +88,7 @@ def test_flush_removes_applied_files_but_never_the_one_being_written(tmp_path: P
 def test_gc_keeps_files_holding_unapplied_events(tmp_path: Path) -> None:
     events = make_events(60)
     relay = RelaySink(RecordingSink({}, tmp_path), tmp_path / "relay", 4096)
-    relay.open(0)
+    relay.open(SinkContext(cluster_id=7))
     relay.write(events)
     relay._collect(events[20].commit_ts)  # the sink applied only up to event 20
     left = relay_ts(tmp_path / "relay")
@@ -103,23 +103,23 @@ class FailingOpenSink(RecordingSink):
 
     opens = 0
 
-    def open(self, resume_ts: int) -> None:
+    def open(self, context: SinkContext) -> None:
         type(self).opens += 1
         if type(self).opens == 1:
-            from drainer.sinks.errors import SinkUnavailable
+            from bridge.sink.errors import SinkUnavailable
 
             raise SinkUnavailable("downstream unavailable")
-        super().open(resume_ts)
+        super().open(context)
 
 
 def test_open_is_retried_with_the_inner_sinks(tmp_path: Path) -> None:
-    from drainer.sinks.errors import SinkUnavailable
+    from bridge.sink.errors import SinkUnavailable
 
     events = make_events(4)
     relay = RelaySink(FailingOpenSink({}, tmp_path), tmp_path / "relay", 1 << 20)
     with pytest.raises(SinkUnavailable):
-        relay.open(0)
-    relay.open(0)  # the sink driver's retry
+        relay.open(SinkContext(cluster_id=7))
+    relay.open(SinkContext(cluster_id=7))  # the sink driver's retry
     relay.write(events)
     relay.close()
     assert relay_ts(tmp_path / "relay") == [e.commit_ts for e in events]
@@ -162,9 +162,7 @@ def test_a_relay_ending_below_the_checkpoint_is_reset(tmp_path: Path) -> None:
     # The drainer's checkpoint is far ahead (the relay was off meanwhile): the old files go.
     resume = events[-1].commit_ts
     relay = RelaySink(RecordingSink({}, tmp_path), tmp_path / "relay", 1 << 20)
-    relay.set_cluster_id(7)
-    relay.set_schema_snapshot(stream.tracker.snapshot())
-    relay.open(resume)
+    relay.open(SinkContext.at(resume, stream.tracker.snapshot(), cluster_id=7))
     assert list_files(tmp_path / "relay") == []
     event = stream.inserts("shop.t", [(500, "z")])
     relay.write([event])
@@ -183,9 +181,7 @@ def test_a_relay_holding_a_now_ignored_transaction_is_reset(tmp_path: Path) -> N
     relay.close()
     skipped = events[4].commit_ts
     relay = RelaySink(RecordingSink({}, tmp_path), tmp_path / "relay", 1 << 20, frozenset({skipped}))
-    relay.set_cluster_id(7)
-    relay.set_schema_snapshot(stream.tracker.snapshot())
-    relay.open(events[2].commit_ts)
+    relay.open(SinkContext.at(events[2].commit_ts, stream.tracker.snapshot(), cluster_id=7))
     assert list_files(tmp_path / "relay") == []  # a recovery could otherwise apply the skipped one
     redelivered = [e for e in events[3:] if e.commit_ts != skipped]
     relay.write(redelivered)
@@ -195,7 +191,7 @@ def test_a_relay_holding_a_now_ignored_transaction_is_reset(tmp_path: Path) -> N
     relay = RelaySink(
         RecordingSink({}, tmp_path), tmp_path / "relay", 1 << 20, frozenset({events[1].commit_ts})
     )
-    relay.open(events[2].commit_ts)
+    relay.open(SinkContext(resume_ts=events[2].commit_ts, cluster_id=7))
     assert relay_ts(tmp_path / "relay") == [e.commit_ts for e in redelivered]
     relay.close()
 
@@ -206,7 +202,7 @@ def test_another_clusters_relay_is_refused(tmp_path: Path) -> None:
     relay.close()
     other = RelaySink(RecordingSink({}, tmp_path), tmp_path / "relay", 4096)
     with pytest.raises(RelayError, match=r"relay\.dir: .* cluster 1, this is cluster 2"):
-        other.set_cluster_id(2)
+        other.open(SinkContext(cluster_id=2))
 
 
 # ---------------------------------------------------------------------- recovery
@@ -236,8 +232,7 @@ def crashed_drainer(
     sink, a checkpoint (not consistent) at event ``checkpoint_at``."""
     (tmp_path / "before").mkdir()
     relay = RelaySink(RecordingSink({}, tmp_path / "before"), tmp_path / "relay", 4096)
-    relay.set_cluster_id(7)
-    relay.open(0)
+    relay.open(SinkContext(cluster_id=7))
     relay.write(events[:applied])
     relay.flush()
     relay.write(events[applied:])  # relayed; the crash comes before the sink applies them
@@ -301,16 +296,13 @@ def test_recovery_rows_are_decoded_with_the_relayed_schema(tmp_path: Path) -> No
 
 
 class SafeModeRecordingSink(RecordingSink):
-    """A recording sink with the MySQL sink's ``force_safe_mode`` hook; notes the call in its log."""
+    """A recording sink that notes the safe-mode flag of the context it is opened with in its log."""
 
     name = "safe-recording"
 
-    def force_safe_mode(self, on: bool) -> None:
-        self.safe_mode = on
-
-    def open(self, resume_ts: int) -> None:
-        super().open(resume_ts)
-        self._file.write(json.dumps({"type": "safe-mode", "on": getattr(self, "safe_mode", False)}) + "\n")
+    def open(self, context: SinkContext) -> None:
+        super().open(context)
+        self._file.write(json.dumps({"type": "safe-mode", "on": context.safe_mode}) + "\n")
 
 
 def test_recovery_forces_safe_mode_in_every_sink_of_a_fan_out(tmp_path: Path) -> None:

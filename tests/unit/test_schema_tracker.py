@@ -11,12 +11,12 @@ from bridge.binlog import TableMutationBuilder, commit, ddl_prewrite, prewrite
 from bridge.errors import ProtocolError
 from bridge.proto import binlog_pb2, row_pb2
 from bridge.rowcodec import RowCodec
+from bridge.sink.events import DDLEvent, TxnEvent
+from bridge.sink.schema import SchemaTracker, SchemaTrackError
 from drainer.builder import EventBuilder, HaltError
-from drainer.events import DDLEvent, TxnEvent
 from drainer.filter import TableFilter
 from drainer.merger import PulledTxn
 from drainer.pull import scan_header
-from drainer.schema import SchemaTracker, SchemaTrackError
 
 T = row_pb2.ColumnType
 Change = row_pb2.SchemaChange

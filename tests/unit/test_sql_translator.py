@@ -10,7 +10,7 @@ import pytest
 
 from bridge.proto import row_pb2
 from bridge.rowtemporal import MySQLDate, MySQLDateTime
-from drainer.events import RowChange
+from bridge.sink.events import RowChange
 from drainer.translator.defaults import fill_value, implicit_default
 from drainer.translator.dialect import Dialect
 from drainer.translator.sql import Translator, build_table_sql

@@ -32,6 +32,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from google.protobuf.message import DecodeError
 
@@ -48,6 +49,18 @@ _LENGTH = struct.Struct(">I")
 
 class SchemaTrackError(BridgeError):
     """A DDL the tracker cannot apply, or a snapshot it cannot read."""
+
+
+class TableChange(NamedTuple):
+    """A table's schema before and after one DDL (None where there is no table)."""
+
+    before: row_pb2.TableSchema | None
+    after: row_pb2.TableSchema | None
+
+
+_DATABASE_DDL = (SchemaChange.CREATE_DATABASE, SchemaChange.DROP_DATABASE)
+_NO_TABLE_BEFORE = (*_DATABASE_DDL, SchemaChange.CREATE_TABLE)
+_NO_TABLE_AFTER = (*_DATABASE_DDL, SchemaChange.DROP_TABLE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,11 +106,27 @@ class SchemaTracker:
     def tables(self) -> list[TrackedTable]:
         return [self._tables[i] for i in sorted(self._tables)]
 
-    def apply(self, change: row_pb2.SchemaChange) -> None:
-        """Apply one DDL's change; :class:`SchemaTrackError` if it cannot be applied."""
+    def apply(self, change: row_pb2.SchemaChange) -> TableChange:
+        """Apply one DDL's change; :class:`SchemaTrackError` if it cannot be applied.
+
+        Returns the table's schema before and after it (what a
+        :class:`~bridge.sink.events.DDLEvent` carries): ``before`` is None for
+        CREATE TABLE and database DDL, ``after`` None for DROP TABLE and database DDL.
+        """
         problem = schema_change_problem(change)
         if problem:
             raise SchemaTrackError(problem)
+        kind = change.kind
+        before: TrackedTable | None = None
+        if kind == SchemaChange.RENAME_TABLE:
+            before = self.find(change.old_db, change.old_table)
+        elif kind not in _NO_TABLE_BEFORE:
+            before = self.find(change.db, change.table)
+        self._apply(change)
+        after = None if kind in _NO_TABLE_AFTER else self._tables[change.table_schema.table_id]
+        return TableChange(None if before is None else before.schema, None if after is None else after.schema)
+
+    def _apply(self, change: row_pb2.SchemaChange) -> None:
         kind = change.kind
         if kind == SchemaChange.CREATE_DATABASE:
             self._databases.setdefault(change.db.lower(), change.db)

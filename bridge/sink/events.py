@@ -1,6 +1,7 @@
-"""What the syncer hands to sinks: decoded, ordered change events.
+"""The change events every sink gets: decoded, ordered, with the schemas they need.
 
-The syncer emits, in strictly increasing ``commit_ts``:
+The drainer's syncer (and ``replay``, and ``consume --apply``) hand a sink, in
+strictly increasing ``commit_ts``:
 
 - :class:`TxnEvent` — one committed transaction. Its row changes are decoded
   lazily from the pulled binlog with the table schemas valid at its
@@ -8,7 +9,10 @@ The syncer emits, in strictly increasing ``commit_ts``:
   changes how an earlier transaction decodes, and a transaction of a
   million rows is never held decoded in memory. ``changes()`` may be called
   more than once; each call decodes again.
-- :class:`DDLEvent` — one DDL, with the schema it leaves behind.
+- :class:`DDLEvent` — one DDL: its ``SchemaChange`` and the table's schema
+  ``before`` it (None for CREATE TABLE and database DDL) and ``after`` it
+  (None for DROP TABLE and database DDL), so a sink follows every table's
+  schema from the context it was opened with and these events alone.
 - :class:`ResolvedEvent` — "every transaction with commit_ts <= ts has been
   emitted": sinks that publish watermarks (Kafka) forward it; every sink may
   report it as durable once everything before it is.
@@ -58,11 +62,17 @@ class TxnEvent:
 
 @dataclass(frozen=True, slots=True)
 class DDLEvent:
+    """One DDL. ``before``: the table as it was (None for CREATE TABLE and database DDL);
+    ``after``: the table as it is after (None for DROP TABLE and database DDL). For RENAME
+    TABLE ``before`` has the old name, ``after`` the new one."""
+
     start_ts: int
     commit_ts: int
     payload: bytes
     query: str
     change: row_pb2.SchemaChange
+    before: row_pb2.TableSchema | None
+    after: row_pb2.TableSchema | None
 
 
 @dataclass(frozen=True, slots=True)

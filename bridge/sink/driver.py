@@ -1,17 +1,19 @@
-"""Calling the sink, on the sink's own thread, with retries.
+"""Calling a sink, on the sink's own thread, with retries.
 
-:class:`SinkDriver` is used only from the one thread the syncer runs the
-sink on. It remembers the events written since the last successful flush
-(bounded by the syncer's flush policy) so that it can replay them:
+:class:`SinkDriver` is used only from the one thread a sink runs on (the
+drainer's sink thread, ``replay``, ``consume --apply``). It remembers the
+events written since the last successful flush (bounded by the caller's
+flush policy) so that it can replay them:
 
 - ``write`` raised a retriable error: after a backoff, ``write`` again with
   the same events;
 - ``flush`` raised a retriable error: after a backoff, ``write`` every event
   since the last successful flush again, then ``flush``;
 
-until it works or the drainer stops (:class:`SinkStopped`). Backoff doubles
+until it works or the caller stops it (:class:`SinkStopped`). Backoff doubles
 from ``retry_initial`` to ``retry_max``; every retry is logged and counted
-(``bridge_drainer_errors_total{where="sink"}``). A non-retriable error, or
+(:class:`DriverMetrics`, e.g. the drainer's
+``bridge_drainer_errors_total{where="sink"}``). A non-retriable error, or
 an exception outside :mod:`bridge.errors` (a sink bug), raises
 :class:`SinkFailed` with the sink's message.
 """
@@ -22,13 +24,14 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TypeVar
 
+from prometheus_client import Counter, Histogram
+
 from bridge.errors import BridgeError
-from drainer import metrics
-from drainer.events import Event, ResolvedEvent
-from drainer.sinks.base import Sink
-from drainer.sinks.registry import give_schema_snapshot
+from bridge.sink.contract import Sink, SinkContext
+from bridge.sink.events import Event, ResolvedEvent
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +46,15 @@ class SinkStopped(BridgeError):
     """The drainer stopped while the sink was being retried."""
 
 
+@dataclass(frozen=True)
+class DriverMetrics:
+    """Where a driver records its calls (the caller's metrics: names say whose sink it is)."""
+
+    write_seconds: Histogram
+    flush_seconds: Histogram
+    retries: Counter  # already labelled, e.g. errors_total{where="sink"}
+
+
 def event_size(event: Event) -> int:
     return 0 if isinstance(event, ResolvedEvent) else len(event.payload)
 
@@ -51,10 +63,16 @@ class SinkDriver:
     """One sink's calls with retries; see the module docstring."""
 
     def __init__(
-        self, sink: Sink, abort: threading.Event, retry_initial: float = 0.1, retry_max: float = 5.0
+        self,
+        sink: Sink,
+        abort: threading.Event,
+        retry_initial: float = 0.1,
+        retry_max: float = 5.0,
+        metrics: DriverMetrics | None = None,
     ) -> None:
         self.sink = sink
         self._abort = abort
+        self._metrics = metrics
         self._retry_initial = retry_initial
         self._retry_max = retry_max
         self.unflushed: list[Event] = []
@@ -64,17 +82,17 @@ class SinkDriver:
 
     @property
     def name(self) -> str:
-        return str(getattr(self.sink, "name", type(self.sink).__name__))
+        return self.sink.name
 
-    def open(self, resume_ts: int, schema_snapshot: bytes = b"") -> None:
-        give_schema_snapshot(self.sink, schema_snapshot)
-        self._retry("open", lambda: self.sink.open(resume_ts))
-        log.info("sink %s open; resuming after commit_ts %d", self.name, resume_ts)
+    def open(self, context: SinkContext) -> None:
+        self._retry("open", lambda: self.sink.open(context))
+        log.info("sink %s open; resuming after commit_ts %d", self.name, context.resume_ts)
 
     def write(self, events: Sequence[Event]) -> None:
         started = time.perf_counter()
         self._retry("write", lambda: self.sink.write(events))
-        metrics.SINK_WRITE_SECONDS.observe(time.perf_counter() - started)
+        if self._metrics is not None:
+            self._metrics.write_seconds.observe(time.perf_counter() - started)
         self.unflushed.extend(events)
         self.unflushed_bytes += sum(event_size(e) for e in events)
 
@@ -82,7 +100,8 @@ class SinkDriver:
         """Flush; returns the durable position and forgets the events at or below it."""
         started = time.perf_counter()
         position = self._retry("flush", self.sink.flush, recover=self._rewrite)
-        metrics.SINK_FLUSH_SECONDS.observe(time.perf_counter() - started)
+        if self._metrics is not None:
+            self._metrics.flush_seconds.observe(time.perf_counter() - started)
         kept = [e for e in self.unflushed if e.commit_ts > position]
         if len(kept) != len(self.unflushed):
             self.unflushed = kept
@@ -123,5 +142,6 @@ class SinkDriver:
     def _note_retry(self, what: str, exc: BridgeError, delay: float) -> None:
         self.retries += 1
         self.last_error = f"{what}: {exc}"
-        metrics.ERRORS.labels("sink").inc()
+        if self._metrics is not None:
+            self._metrics.retries.inc()
         log.warning("sink %s: %s failed (retrying in %.1fs): %s", self.name, what, delay, exc)

@@ -7,14 +7,16 @@
     [sink.sqlite]                 # that sink's own table, handed to its constructor
     path = "downstream.db"
 
-``type`` names an entry of :data:`SINKS`, or is ``"package.module:Class"``
-for a sink class outside this package. Every sink class is constructed as
-``cls(config_table, data_dir)``: ``config_table`` is its ``[sink.<type>]``
-table (empty when absent; the sink checks its keys and raises
-:class:`bridge.errors.ConfigError` naming ``sink.<type>.<key>``), ``data_dir``
-the drainer's data dir, where a sink keeps files its config does not place
-elsewhere. Modules are imported only when named, so a sink's optional
-dependencies are needed only by drainers that use it.
+``type`` names a sink registered in the entry-point group
+``binlog_bridge.sinks`` (pyproject.toml: ``mysql =
+"drainer.sinks.mysql:MySQLSink"``; a package adding a sink adds one line
+there), or is ``"package.module:Class"`` for a sink class registered nowhere.
+Every sink class is constructed as ``cls(config, data_dir)``: ``config`` is
+its ``[sink.<type>]`` table (empty when absent; the sink checks its keys and
+raises :class:`bridge.errors.ConfigError` naming ``sink.<type>.<key>``),
+``data_dir`` the drainer's data dir, where a sink keeps files its config
+does not place elsewhere. Modules are imported only when named, so a sink's
+optional dependencies are needed only by drainers that use it.
 
 With several types the drainer drives a :class:`FanOutSink`: every event goes
 to every sink and the durable position is the lowest any of them reports.
@@ -24,31 +26,32 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Mapping, Sequence
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, Protocol, cast
 
 from bridge.errors import BridgeError, ConfigError
-from drainer.events import Event
-from drainer.sinks.base import Sink
+from bridge.sink.contract import Sink, SinkContext
+from bridge.sink.events import Event
 
-# Sink name -> "module:Class". Each sink's author adds its entry.
-SINKS: dict[str, str] = {
-    "sqlite": "drainer.sinks.sqlite:SQLiteSink",
-    "file": "drainer.sinks.file:FileSink",
-    "mysql": "drainer.sinks.mysql:MySQLSink",
-    "kafka": "drainer.sinks.kafka:KafkaSink",
-}
+GROUP = "binlog_bridge.sinks"
 
 
 class SinkClass(Protocol):
-    def __call__(self, config_table: Mapping[str, Any], data_dir: Path) -> Sink: ...
+    def __call__(self, config: Mapping[str, Any], data_dir: Path) -> Sink: ...
+
+
+def registered() -> dict[str, str]:
+    """Sink name -> ``"module:Class"``, as the installed packages register them."""
+    return {ep.name: ep.value for ep in entry_points(group=GROUP)}
 
 
 def sink_class(name: str) -> SinkClass:
     """The class ``name`` stands for; :class:`ConfigError` naming ``sink.type`` if none."""
-    target = SINKS.get(name, name if ":" in name else "")
+    known = registered()
+    target = known.get(name, name if ":" in name else "")
     if not target:
-        raise ConfigError(f"sink.type: unknown sink {name!r}; known: {', '.join(sorted(SINKS))}")
+        raise ConfigError(f"sink.type: unknown sink {name!r}; known: {', '.join(sorted(known))}")
     module_name, _, class_name = target.partition(":")
     try:
         module = importlib.import_module(module_name)
@@ -71,49 +74,17 @@ def build_sink(types: Sequence[str], tables: Mapping[str, Mapping[str, Any]], da
     return sinks[0] if len(sinks) == 1 else FanOutSink(sinks)
 
 
-def give_schema_snapshot(sink: Sink, snapshot: bytes) -> None:
-    """Hand the schema snapshot at the resume position to a sink that asks for it.
-
-    Optional part of the protocol: a sink with ``set_schema_snapshot(snapshot:
-    bytes)`` gets it before ``open`` (the :class:`drainer.schema.SchemaTracker`
-    snapshot format), e.g. to know the tables that existed before it did.
-    """
-    setter = getattr(sink, "set_schema_snapshot", None)
-    if callable(setter):
-        setter(snapshot)
-
-
-def give_cluster_id(sink: Sink, cluster_id: int) -> None:
-    """Tell a sink that asks for it which cluster it replicates.
-
-    Optional part of the protocol: a sink with ``set_cluster_id(cluster_id:
-    int)`` gets it right after construction, before ``open`` (e.g. to key the
-    progress rows it keeps in the downstream, or to name the source of the
-    messages it publishes).
-    """
-    setter = getattr(sink, "set_cluster_id", None)
-    if callable(setter):
-        setter(cluster_id)
-
-
-class FanOutSink:
+class FanOutSink(Sink):
     """Several sinks as one: each gets every call; ``flush`` is the lowest position."""
 
     def __init__(self, sinks: Sequence[Sink]) -> None:
         self.sinks = list(sinks)
         self.name = "+".join(s.name for s in self.sinks)
 
-    def set_schema_snapshot(self, snapshot: bytes) -> None:
+    def open(self, context: SinkContext) -> None:
+        super().open(context)
         for sink in self.sinks:
-            give_schema_snapshot(sink, snapshot)
-
-    def set_cluster_id(self, cluster_id: int) -> None:
-        for sink in self.sinks:
-            give_cluster_id(sink, cluster_id)
-
-    def open(self, resume_ts: int) -> None:
-        for sink in self.sinks:
-            sink.open(resume_ts)
+            sink.open(context)
 
     def write(self, events: Sequence[Event]) -> None:
         for sink in self.sinks:
