@@ -1,0 +1,177 @@
+"""Rows per second from a change topic to a committed tantivy index: the Spark index job against a
+plain Python loop doing the same decoding and indexing.
+
+Data: ``--rows`` row changes of the 8-column ``bench.orders`` table of
+``bench drainer`` (``--updates`` of them updates of earlier rows), encoded
+as the Kafka sink encodes them (single-object encoding, the schema on the
+``<prefix>._schemas`` topic) and produced to a fresh topic of
+``--partitions`` partitions before anything is timed.
+
+``value``: ``spark_consumers.jobs.run`` with ``--available-now`` on
+``--master`` (``local[2]``) over that topic into an empty index and
+checkpoint: rows/s from the query's start to its end (every batch's index
+committed). The SparkSession is started before timing (its start-up is
+reported as ``session_seconds``).
+
+``ceiling``: in the same run, one Python loop with no Spark: a consumer
+reads the same partitions, the same :class:`~spark_consumers.decode.ChangeDecoder`
+decodes each message, and every ``--batch`` rows are reduced and applied to
+another empty index exactly as a micro-batch is. ``ratio`` = value / ceiling.
+Each side runs ``--repeat`` times, alternating; the best run of each counts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+import zlib
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from bench.drainer import row_values, table_schema
+from bridge.avro import SingleObjectCodec, fingerprint_hex, source_record, table_avro
+from bridge.tso import compose
+from spark_consumers import jobs
+from spark_consumers.config import JobConfig
+from spark_consumers.decode import ChangeDecoder
+from spark_consumers.source import kafka
+
+DEFAULT_BOOTSTRAP = os.environ.get("BRIDGE_TEST_KAFKA_BOOTSTRAP", "127.0.0.1:19092")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--bootstrap-servers", default=DEFAULT_BOOTSTRAP)
+    parser.add_argument("--rows", type=int, default=200_000)
+    parser.add_argument("--updates", type=float, default=0.2, help="share of the rows that are updates")
+    parser.add_argument("--partitions", type=int, default=2)
+    parser.add_argument("--batch", type=int, default=100_000, help="rows per micro-batch (both sides)")
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--repeat", type=int, default=1)
+
+
+def progress(message: str) -> None:
+    print(f"bench spark: {message}", file=sys.stderr, flush=True)
+
+
+def produce(bootstrap: str, prefix: str, rows: int, updates: float, partitions: int) -> str:
+    """Fill ``<prefix>.bench.orders`` (and its schemas topic) with ``rows`` changes; the topic."""
+    topic, schemas = f"{prefix}.bench.orders", f"{prefix}._schemas"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(topic, partitions, 1), NewTopic(schemas, 1, 1)]).values():
+        future.result(timeout=30)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "compression.type": "lz4"})
+
+    def publish(fingerprint: int, schema_json: str) -> None:
+        producer.produce(schemas, key=fingerprint_hex(fingerprint).encode(), value=schema_json.encode())
+
+    codec, avro = SingleObjectCodec(publish), table_avro(table_schema())
+    assert avro.key_schema is not None
+    inserts = max(1, int(rows * (1 - updates)))
+    for i in range(rows):
+        row = row_values(i if i < inserts else i % inserts)
+        op = "insert" if i < inserts else "update"
+        source = source_record(
+            cluster_id=1, db="bench", table="orders", start_ts=compose(1_700_000_000_000 + i, 0),
+            commit_ts=compose(1_700_000_000_000 + i, 1), pos=0, last=True,
+        )  # fmt: skip
+        key = codec.encode(f"{topic}-key", avro.key_schema, avro.key_record(row))
+        value = codec.encode(
+            f"{topic}-value",
+            avro.value_schema,
+            avro.envelope(op, row if op == "update" else None, row, source, 0),
+        )
+        while True:
+            try:
+                producer.produce(topic, key=key, value=value, partition=zlib.crc32(key[10:]) % partitions,
+                                 headers=[("bridge.kind", b"row")])  # fmt: skip
+                break
+            except BufferError:
+                producer.poll(0.05)
+    producer.flush(60)
+    return topic
+
+
+def measure_spark(spark: Any, bootstrap: str, topic: str, rows: int, batch: int, work: Path) -> float:
+    config = JobConfig(
+        kind="index", bootstrap_servers=bootstrap, topics=[topic], output=work / "spark-index",
+        checkpoint=work / "spark-checkpoint", available_now=True, max_offsets_per_trigger=batch,
+    )  # fmt: skip
+    began = time.perf_counter()
+    jobs.run(spark, config, jobs.StopFlag(), out=sys.stderr)
+    elapsed = time.perf_counter() - began
+    progress(f"spark job: {rows:,} rows in {elapsed:.2f}s = {rows / elapsed:,.0f} rows/s")
+    return rows / elapsed
+
+
+def measure_loop(bootstrap: str, topic: str, rows: int, batch: int, work: Path) -> float:
+    """The ceiling: read, decode, reduce and index in one Python loop."""
+    config = JobConfig(kind="index", bootstrap_servers=bootstrap, topics=[topic],
+                       output=work / "loop-index", checkpoint=work / "unused")  # fmt: skip
+    began = time.perf_counter()
+    handler = jobs.BatchHandler(config)
+    schema_topic = kafka.SchemaTopic(bootstrap, topic.split(".", 1)[0] + "._schemas", 10.0, None)
+    decoder = ChangeDecoder(None, schema_topic.lookup)
+    probe = kafka.EndProbe(bootstrap)
+    ends = probe.ends(kafka.list_partitions(probe.consumer, [topic], False))
+    consumer = kafka.Consumer(kafka.consumer_config(bootstrap))
+    pending: list[dict[str, Any]] = []
+    fields = ("topic", "partition", "offset", "db", "table", "op", "key", "before", "after", "types",
+              "commit_ts", "position")  # fmt: skip
+    for partition, end in ends[topic].items():
+        for chunk in kafka.read_range(consumer, topic, int(partition), 0, end):
+            for m in chunk:
+                row = decoder.decode(topic, int(partition), m.offset() or 0, m.key(), m.value(), "row")
+                if row is not None:
+                    pending.append(dict(zip(fields, row, strict=True)))
+            if len(pending) >= batch:
+                handler.apply(pending, time.monotonic())
+                pending = []
+    if pending:
+        handler.apply(pending, time.monotonic())
+    handler.close()
+    elapsed = time.perf_counter() - began
+    for closing in (consumer, probe, schema_topic):
+        closing.close()
+    progress(f"plain loop: {rows:,} rows in {elapsed:.2f}s = {rows / elapsed:,.0f} rows/s")
+    return rows / elapsed
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from spark_consumers.session import spark_session
+
+    prefix = f"bench{uuid.uuid4().hex[:8]}"
+    progress(f"producing {args.rows:,} changes to {prefix}.bench.orders")
+    topic = produce(args.bootstrap_servers, prefix, args.rows, args.updates, args.partitions)
+    began = time.perf_counter()
+    spark = spark_session(args.master, "bench-spark")
+    session_seconds = time.perf_counter() - began
+    best_spark = best_loop = 0.0
+    try:
+        for attempt in range(args.repeat):
+            work = Path(tempfile.mkdtemp(prefix="bench-spark-"))
+            try:
+                best_spark = max(
+                    best_spark,
+                    measure_spark(spark, args.bootstrap_servers, topic, args.rows, args.batch, work),
+                )
+                best_loop = max(
+                    best_loop, measure_loop(args.bootstrap_servers, topic, args.rows, args.batch, work)
+                )
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
+            progress(f"run {attempt + 1}/{args.repeat} done")
+    finally:
+        spark.stop()
+    return {
+        "name": "spark", "value": round(best_spark), "unit": "rows/s", "ceiling": round(best_loop),
+        "ratio": round(best_spark / best_loop, 3), "rows": args.rows, "partitions": args.partitions,
+        "batch": args.batch, "master": args.master, "session_seconds": round(session_seconds, 1),
+    }  # fmt: skip

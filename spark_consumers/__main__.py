@@ -1,0 +1,111 @@
+"""``python -m spark_consumers {index,snapshot,search,stats,bench}``: see docs/spark-consumers.md."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from bridge.errors import UserError
+
+
+def _job_flags(parser: argparse.ArgumentParser, output: str) -> None:
+    parser.add_argument("--config", type=Path, help="a TOML file of these settings (flags win)")
+    parser.add_argument("--bootstrap-servers", dest="bootstrap-servers")
+    parser.add_argument("--topics", help="topic names or globs, comma-separated ('bridge.shop.*')")
+    parser.add_argument("--schema-registry-url", dest="schema-registry-url",
+                        help="Confluent wire format; leave out for single-object encoding")  # fmt: skip
+    parser.add_argument(f"--{output}", help=f"the {output} folder")
+    parser.add_argument("--checkpoint", help="Spark's checkpoint folder (offsets); keep it with the output")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--available-now", dest="available-now", action="store_true", default=None,
+                      help="apply everything there now, then stop")  # fmt: skip
+    mode.add_argument("--trigger-interval", dest="trigger-interval", help="micro-batch interval (2s)")
+    parser.add_argument("--max-offsets-per-trigger", dest="max-offsets-per-trigger", type=int)
+    parser.add_argument("--master", help="local[2] (default), spark://host:7077")
+    parser.add_argument("--source", choices=["python", "kafka"],
+                        help="python: this project's data source (default); kafka: Spark's own")  # fmt: skip
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="python -m spark_consumers", description=__doc__)
+    top.add_argument("--log-level", default="warning")
+    commands = top.add_subparsers(dest="command", required=True)
+    _job_flags(commands.add_parser("index", help="keep a tantivy search index of the change topics"), "index")
+    _job_flags(commands.add_parser("snapshot", help="keep a Parquet snapshot per table"), "snapshot")
+    search = commands.add_parser("search", help="query an index; JSON lines with the score")
+    search.add_argument("--index", type=Path, required=True)
+    search.add_argument("query")
+    search.add_argument("--table", help="only documents of db.table")
+    search.add_argument("--limit", type=int, default=10)
+    stats = commands.add_parser("stats", help="documents per table, last commit_ts indexed, lag")
+    stats.add_argument("--index", type=Path, required=True)
+    bench = commands.add_parser("bench", help="the same as binlog-bridge bench spark")
+    bench.add_argument("options", nargs=argparse.REMAINDER)
+    return top
+
+
+def run_job(kind: str, args: argparse.Namespace) -> int:
+    from spark_consumers.config import build_config, load_toml
+    from spark_consumers.jobs import StopFlag, run
+    from spark_consumers.session import spark_session
+
+    flags: dict[str, Any] = {
+        k: v
+        for k, v in vars(args).items()
+        if "-" in k or k in ("topics", "master", "source", "checkpoint", kind)
+    }
+    config = build_config(kind, flags, load_toml(args.config) if args.config else {})
+    stop = StopFlag()
+    stop.install()
+    spark = spark_session(config.master, f"bridge-{kind}", config.spark_conf)
+    try:
+        return run(spark, config, stop)
+    finally:
+        spark.stop()
+
+
+def run_bench(options: list[str]) -> int:
+    """``bench spark`` without the binlog-bridge front door: the same JSON last line."""
+    import json
+
+    from bench import spark as bench_spark
+
+    bench_parser = argparse.ArgumentParser(
+        prog="python -m spark_consumers bench", description=bench_spark.__doc__
+    )
+    bench_spark.add_arguments(bench_parser)
+    print(json.dumps(bench_spark.run(bench_parser.parse_args(options))), flush=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["bench"]:  # its own options, parsed by bench.spark
+        return run_bench(argv[1:])
+    args = parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        if args.command in ("index", "snapshot"):
+            return run_job(args.command, args)
+        from spark_consumers.index import search
+
+        if args.command == "search":
+            for found in search.search(args.index, args.query, args.table, args.limit):
+                print(search.dumps(found))
+            return 0
+        if args.command == "stats":
+            print(search.dumps(search.stats(args.index)))
+            return 0
+        return 2  # unreachable: bench was handled before parsing
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,240 @@
+"""Kafka messages of the bridge's topics -> change rows, one schema for every table.
+
+A change row is the tuple :data:`ROW_FIELDS` (the data source's schema, in
+that order). ``key``, ``before`` and ``after`` are JSON texts keyed by the
+MySQL column names (the ``bridge.name`` of a sanitized Avro field); ``types``
+maps each column of the writer schema to its **kind** (:func:`field_kind`),
+so a consumer can type the JSON values again without the Avro schema.
+
+JSON value forms: integers and doubles as JSON numbers, DECIMAL (and BIGINT
+UNSIGNED) as a string of its exact digits, DATE as ``YYYY-MM-DD``, DATETIME
+as ``YYYY-MM-DDTHH:MM:SS[.ffffff]`` (wall clock, no zone), TIMESTAMP as the
+same with ``+00:00``, TIME as integer microseconds, binary values as base64,
+JSON columns as the document's text. A zero date keeps the text MySQL shows.
+
+Row messages become rows with ``op`` ``c``/``u``/``d``/``r``; DDL events on
+the ``<prefix>._ddl`` topic become rows whose ``op`` is the DDL kind
+(``DROP_TABLE``, ``ALTER_TABLE``, ...), ``position`` -1, for a rename
+``before`` = ``{"old_db": ..., "old_table": ...}`` and, when the DDL leaves a
+table behind, ``types`` of that table's columns. Tombstones and
+resolved-ts watermarks carry no change and give no row.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable, Mapping
+from datetime import UTC, date, datetime
+from decimal import Decimal
+from typing import Any
+
+from bridge.avro import Decoder
+from bridge.errors import ProtocolError
+
+# the data source's columns, in order (spark_consumers.source.SCHEMA spells their types)
+ROW_FIELDS = (
+    "topic",
+    "partition",
+    "offset",
+    "db",
+    "table",
+    "op",
+    "key",
+    "before",
+    "after",
+    "types",
+    "commit_ts",
+    "position",
+)
+Row = tuple[str, int, int, str, str, str, str | None, str | None, str | None, str, int, int]
+
+DDL_SUFFIX = "._ddl"
+SCHEMAS_SUFFIX = "._schemas"
+HEADER_KIND = "bridge.kind"
+ROW_OPS = frozenset({"c", "u", "d", "r"})
+DDL_POSITION = -1  # a DDL event sorts before the row changes of its commit_ts
+
+
+class DecodeError(ProtocolError):
+    """A message of a change topic cannot be decoded; names topic, partition and offset."""
+
+
+def json_default(value: object) -> object:
+    """The JSON form of the non-JSON values fastavro returns (see the module docstring)."""
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(UTC)
+        return value.isoformat()
+    if isinstance(value, date):
+        return value.isoformat()
+    if isinstance(value, bytes | bytearray | memoryview):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    raise TypeError(f"no JSON form for {type(value).__name__}")
+
+
+def to_json(value: object) -> str:
+    return json.dumps(value, default=json_default, ensure_ascii=False, separators=(",", ":"))
+
+
+def field_kind(avro_type: Any) -> str:
+    """The kind of one Avro field type of a bridge row record: int, double, bool, decimal, date,
+    datetime, timestamp, time, string, json or bytes (``docs/avro.md``'s type mapping)."""
+    branches = avro_type if isinstance(avro_type, list) else [avro_type]
+    first = next((b for b in branches if b != "null"), "null")
+    if isinstance(first, dict):
+        bridge_type = first.get("bridge.type")
+        if bridge_type == "time-micros":
+            return "time"
+        if bridge_type == "json":
+            return "json"
+        logical = first.get("logicalType")
+        named = {
+            "decimal": "decimal",
+            "date": "date",
+            "local-timestamp-micros": "datetime",
+            "timestamp-micros": "timestamp",
+        }
+        if logical in named:
+            return named[logical]
+        first = first.get("type", "string")
+    simple = {"int": "int", "long": "int", "float": "double", "double": "double", "boolean": "bool"}
+    return simple.get(str(first), "bytes" if first in ("bytes", "fixed") else "string")
+
+
+class RecordShape:
+    """What a row (or key) record schema needs for the JSON image: column names and kinds."""
+
+    def __init__(self, record_schema: Mapping[str, Any]) -> None:
+        fields = record_schema.get("fields", [])
+        self.names = {f["name"]: str(f.get("bridge.name", f["name"])) for f in fields}
+        self.renamed = any(field != column for field, column in self.names.items())
+        self.kinds = {self.names[f["name"]]: field_kind(f["type"]) for f in fields}
+        self.types_json = to_json(self.kinds)
+
+    def columns(self, record: Mapping[str, Any]) -> dict[str, Any]:
+        """The record keyed by MySQL column names."""
+        if not self.renamed:
+            return dict(record)
+        return {self.names.get(field, field): value for field, value in record.items()}
+
+
+def _value_record(envelope: Mapping[str, Any]) -> Mapping[str, Any]:
+    for field in envelope.get("fields", []):
+        if field["name"] in ("before", "after"):  # the first defines the record, the other names it
+            for branch in field["type"]:
+                if isinstance(branch, dict):
+                    return branch
+    raise ProtocolError(f"{envelope.get('name')} is not a bridge Envelope (no row record)")
+
+
+def registry_client(url: str, settings: Mapping[str, Any] | None = None) -> Any:
+    """A Schema Registry client for ``url`` (``mock://``: an in-process registry; one per process)."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+
+    conf = {**(settings or {}), "url": url}
+    if url.startswith("mock://"):
+        return SchemaRegistryClient.new_client(conf)
+    return SchemaRegistryClient(conf)
+
+
+class ChangeDecoder:
+    """Decodes messages into :data:`Row` tuples with one :class:`bridge.avro.Decoder`.
+
+    ``schemas`` resolves single-object fingerprints (a mapping or a lookup
+    function, as :class:`~bridge.avro.Decoder` takes); ``registry`` resolves
+    Confluent schema ids. Shapes are cached per writer schema.
+    """
+
+    def __init__(self, registry: Any, schemas: Mapping[int, str] | Callable[[int], str | None]) -> None:
+        self._decoder = Decoder(registry, schemas)
+        self._shapes: dict[int, tuple[Mapping[str, Any], RecordShape]] = {}
+
+    def _shape(self, schema: Mapping[str, Any], envelope: bool) -> RecordShape:
+        cached = self._shapes.get(id(schema))
+        if cached is None or cached[0] is not schema:
+            shape = RecordShape(_value_record(schema) if envelope else schema)
+            cached = self._shapes[id(schema)] = (schema, shape)
+        return cached[1]
+
+    def decode(
+        self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None, kind: str
+    ) -> Row | None:
+        """One message -> a row, or None for a message that carries no change."""
+        if value is None or kind in ("tombstone", "resolved", "schema"):
+            return None
+        try:
+            schema, record = self._decoder.decode(value)
+            if kind == "ddl" or topic.endswith(DDL_SUFFIX):
+                return _ddl_row(topic, partition, offset, record)
+            return self._row(topic, partition, offset, key, schema, record)
+        except ProtocolError as exc:
+            raise DecodeError(f"topic {topic} partition {partition} offset {offset}: {exc}") from exc
+        except (KeyError, TypeError, ValueError) as exc:
+            raise DecodeError(
+                f"topic {topic} partition {partition} offset {offset}: not a bridge message ({exc!r})"
+            ) from exc
+
+    def _row(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        schema: Mapping[str, Any],
+        record: Mapping[str, Any],
+    ) -> Row:
+        shape = self._shape(schema, envelope=True)
+        source = record["source"]
+        before, after = record["before"], record["after"]
+        return (
+            topic,
+            partition,
+            offset,
+            str(source["db"]),
+            str(source["table"]),
+            str(record["op"]),
+            self._key_json(key),
+            None if before is None else to_json(shape.columns(before)),
+            None if after is None else to_json(shape.columns(after)),
+            shape.types_json,
+            int(source["commit_ts"]),
+            int(source["pos"]),
+        )
+
+    def _key_json(self, key: bytes | None) -> str | None:
+        if not key:
+            return None
+        schema, record = self._decoder.decode(key)
+        return to_json(self._shape(schema, envelope=False).columns(record))
+
+
+def _ddl_row(topic: str, partition: int, offset: int, record: Mapping[str, Any]) -> Row:
+    raw = record.get("table_schema") or b""
+    return (
+        topic,
+        partition,
+        offset,
+        str(record["db"]),
+        str(record.get("table") or ""),
+        str(record["kind"]),
+        None,
+        to_json({"old_db": record.get("old_db"), "old_table": record.get("old_table")})
+        if record["kind"] == "RENAME_TABLE"
+        else None,
+        None,
+        _ddl_types(raw) if raw else "{}",
+        int(record["commit_ts"]),
+        DDL_POSITION,
+    )
+
+
+def _ddl_types(table_schema: bytes) -> str:
+    """The column kinds of the table a DDL leaves behind (its serialized ``TableSchema``)."""
+    from bridge.avro import table_avro
+    from bridge.proto import row_pb2
+
+    avro = table_avro(row_pb2.TableSchema.FromString(table_schema))
+    return RecordShape(_value_record(avro.value_schema)).types_json

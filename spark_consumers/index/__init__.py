@@ -1,0 +1,1 @@
+"""The tantivy change index: documents, idempotent apply, search and stats."""

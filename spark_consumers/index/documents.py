@@ -1,0 +1,111 @@
+"""The tantivy schema of a change index, and change images -> tantivy documents.
+
+One schema serves every table, so a new column never needs a new index:
+
+==========  =========================  =================================================
+field       tantivy type               holds
+==========  =========================  =================================================
+``_id``     text, raw, stored          ``db/table/key`` (the unit of upsert and delete)
+``_idh``    u64, fast                  BLAKE2b-64 of ``_id``: versions are read by it
+``_table``  text, raw, stored, fast    ``db.table``
+``_key``    text, raw, stored          the key part of ``_id``
+``_ts``     i64, stored, fast          commit_ts of the change the document holds
+``_pos``    i64, stored, fast          its position in the transaction
+``_live``   bool, indexed, fast        false: a deleted row's tombstone, kept for its version
+``_types``  text, stored               the column kinds (``spark_consumers.decode``)
+``row``     JSON, raw, stored          every column, typed (below); filter ``row.status:paid``
+``text``    text, default tokenizer    the table's text columns, for full-text search
+==========  =========================  =================================================
+
+Kinds in ``row``: int, double and bool as tantivy's i64/u64, f64 and bool;
+date, datetime and timestamp as tantivy dates (RFC 3339, UTC; a DATETIME's
+wall-clock time is taken as UTC; a zero date stays text); time as i64
+microseconds; decimal as its exact digits (tantivy has no decimal type), json
+as the document's text, binary as base64 text, strings as themselves.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from functools import lru_cache
+from hashlib import blake2b
+from typing import Any
+
+import tantivy
+
+from spark_consumers.latest import Action
+
+DATE_KINDS = frozenset({"date", "datetime", "timestamp"})
+TEXT_KINDS = frozenset({"string"})
+
+
+def build_schema() -> tantivy.Schema:
+    builder = tantivy.SchemaBuilder()
+    builder.add_text_field("_id", stored=True, tokenizer_name="raw")
+    builder.add_unsigned_field("_idh", stored=False, indexed=True, fast=True)
+    builder.add_text_field("_table", stored=True, tokenizer_name="raw", fast=True)
+    builder.add_text_field("_key", stored=True, tokenizer_name="raw")
+    builder.add_integer_field("_ts", stored=True, indexed=True, fast=True)
+    builder.add_integer_field("_pos", stored=True, indexed=False, fast=True)
+    builder.add_boolean_field("_live", stored=True, indexed=True, fast=True)
+    builder.add_text_field("_types", stored=True, index_option="basic", tokenizer_name="raw")
+    builder.add_json_field("row", stored=True, tokenizer_name="raw")
+    builder.add_text_field("text", stored=False, tokenizer_name="default")
+    return builder.build()
+
+
+def id_hash(doc_id: str) -> int:
+    return int.from_bytes(blake2b(doc_id.encode("utf-8"), digest_size=8).digest(), "big")
+
+
+def _date(value: object, kind: str) -> object:
+    if not isinstance(value, str) or len(value) < 10 or value.startswith("0000") or "-00" in value[:10]:
+        return value  # a zero or partial date: kept as text
+    if kind == "date":
+        return value + "T00:00:00Z"
+    if kind == "datetime":
+        return value + "Z"
+    return value.replace("+00:00", "Z")
+
+
+def typed_row(image: Mapping[str, Any], kinds: Mapping[str, str]) -> dict[str, Any]:
+    """An image's values as the ``row`` JSON field holds them (see the module docstring)."""
+    out: dict[str, Any] = {}
+    for column, value in image.items():
+        if value is None:
+            continue  # tantivy JSON has no null: an absent leaf
+        kind = kinds.get(column, "string")
+        out[column] = _date(value, kind) if kind in DATE_KINDS else value
+    return out
+
+
+def text_of(image: Mapping[str, Any], kinds: Mapping[str, str], columns: Sequence[str] | None) -> str:
+    """The full-text field: ``columns`` when configured for the table, else every string column."""
+    chosen = columns if columns is not None else [c for c, k in kinds.items() if k in TEXT_KINDS]
+    return "\n".join(str(image[c]) for c in chosen if image.get(c) is not None)
+
+
+@lru_cache(maxsize=4096)
+def kinds_of(types: str) -> dict[str, str]:
+    """The kinds JSON of a change row, parsed once per distinct text (one per schema version)."""
+    parsed: dict[str, str] = json.loads(types)
+    return parsed
+
+
+def document(action: Action, text_columns: Sequence[str] | None) -> tantivy.Document:
+    """The document of one action: the row, or the tombstone of a deleted row."""
+    doc = tantivy.Document()
+    doc.add_text("_id", action.doc_id)
+    doc.add_unsigned("_idh", id_hash(action.doc_id))
+    doc.add_text("_table", action.table_name)
+    doc.add_text("_key", action.key)
+    doc.add_integer("_ts", action.version[0])
+    doc.add_integer("_pos", action.version[1])
+    doc.add_boolean("_live", action.image is not None)
+    if action.image is not None:
+        kinds = kinds_of(action.types)
+        doc.add_text("_types", action.types)
+        doc.add_json("row", typed_row(action.image, kinds))
+        doc.add_text("text", text_of(action.image, kinds, text_columns))
+    return doc

@@ -1,0 +1,115 @@
+"""Queries over a change index: ``search`` (JSON lines with the score) and ``stats``.
+
+Only live documents are searched (tombstones of deleted rows never match).
+A query is tantivy's query language over the full-text field ``text`` by
+default; ``row.<column>:value`` filters on a column (``row.status:paid``,
+``row.amount:>10``, ``row.placed:[2024-01-01T00:00:00Z TO *]``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import date, datetime
+from pathlib import Path
+from typing import Any
+
+import tantivy
+
+from bridge import tso
+from bridge.errors import UserError
+
+
+def open_existing(path: Path) -> tantivy.Index:
+    if not tantivy.Index.exists(str(path)):
+        raise UserError(f"--index {path}: no index there (run the index job first)")
+    return tantivy.Index.open(str(path))
+
+
+def _live(index: tantivy.Index) -> tantivy.Query:
+    return tantivy.Query.term_query(index.schema, "_live", True)
+
+
+def live_documents(index: tantivy.Index) -> int:
+    index.reload()
+    return int(index.searcher().search(_live(index), limit=1, count=True).count or 0)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def hit(doc: dict[str, Any], score: float | None = None) -> dict[str, Any]:
+    """A stored document as a JSON-able dict: id, table, key, commit_ts, position, row."""
+    out: dict[str, Any] = {} if score is None else {"score": round(score, 4)}
+    out |= {
+        "id": doc["_id"][0],
+        "table": doc["_table"][0],
+        "key": doc["_key"][0],
+        "commit_ts": doc["_ts"][0],
+        "position": doc["_pos"][0],
+        "row": _plain((doc.get("row") or [{}])[0]),
+    }
+    return out
+
+
+def search(path: Path, text: str, table: str | None = None, limit: int = 10) -> list[dict[str, Any]]:
+    """The best ``limit`` live documents for ``text`` (optionally of one ``db.table``), best first."""
+    index = open_existing(path)
+    index.reload()
+    try:
+        parsed = index.parse_query(text, ["text"])
+    except ValueError as exc:
+        raise UserError(f"query {text!r}: {exc}") from None
+    clauses = [(tantivy.Occur.Must, parsed), (tantivy.Occur.Must, _live(index))]
+    if table:
+        clauses.append((tantivy.Occur.Must, tantivy.Query.term_query(index.schema, "_table", table)))
+    searcher = index.searcher()
+    result = searcher.search(tantivy.Query.boolean_query(clauses), limit=limit)
+    return [hit(searcher.doc(addr).to_dict(), score) for score, addr in result.hits]
+
+
+def get(index: tantivy.Index, doc_id: str) -> dict[str, Any] | None:
+    """The live document ``db/table/key``, or None."""
+    searcher = index.searcher()
+    query = tantivy.Query.boolean_query(
+        [
+            (tantivy.Occur.Must, tantivy.Query.term_query(index.schema, "_id", doc_id)),
+            (tantivy.Occur.Must, _live(index)),
+        ]
+    )
+    hits = searcher.search(query, limit=1).hits
+    return hit(searcher.doc(hits[0][1]).to_dict()) if hits else None
+
+
+def stats(path: Path) -> dict[str, Any]:
+    """Documents per table, tombstones, the last commit_ts indexed and how old it is."""
+    index = open_existing(path)
+    index.reload()
+    searcher = index.searcher()
+    agg = {"tables": {"terms": {"field": "_table", "size": 100_000}}}
+    live = searcher.aggregate(_live(index), agg)
+    tables = {b["key"]: b["doc_count"] for b in live["tables"]["buckets"]}
+    # ordered by the fast field, not a max aggregation: that goes through f64 and rounds a commit_ts
+    newest = searcher.search(tantivy.Query.all_query(), limit=1, order_by_field="_ts").hits
+    last_ts = int(newest[0][0]) if newest else 0
+    out: dict[str, Any] = {
+        "documents": sum(tables.values()),
+        "tombstones": searcher.num_docs - sum(tables.values()),
+        "tables": dict(sorted(tables.items())),
+        "last_commit_ts": last_ts,
+    }
+    if last_ts:
+        out["last_commit_time"] = tso.to_datetime(last_ts).isoformat()
+        out["lag_seconds"] = round(time.time() - tso.physical_ms(last_ts) / 1000, 3)
+    return out
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, default=str)

@@ -1,0 +1,135 @@
+"""A tantivy change index that applies micro-batches idempotently.
+
+:meth:`ChangeIndex.apply` takes a reduced batch (``spark_consumers.latest``)
+and, before returning, commits it: an action is applied only if its version
+is above the version its document holds (deleted rows keep a tombstone
+document with their version, so an older change replayed later cannot bring
+them back) and not below its table's floor. The index job calls it inside
+``foreachBatch``, so the index commit happens before Spark commits the
+batch's offsets; a crash between the two replays the batch, which then
+changes nothing.
+
+Floors (dropped, truncated, renamed-away tables) are kept in
+``floors.json`` beside the index, written after the index commit that
+applied them (a crash in between replays the batch and writes it again).
+One writer per index: tantivy holds a lock file while a :class:`ChangeIndex`
+is open.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+import tantivy
+
+from spark_consumers.index.documents import build_schema, document, id_hash
+from spark_consumers.latest import Action, BatchChanges, Floor, Version
+
+log = logging.getLogger(__name__)
+
+FLOORS_FILE = "floors.json"
+WRITER_HEAP = 128 * 1024 * 1024
+LOOKUP_CHUNK = 20_000
+
+
+def open_index(path: Path) -> tantivy.Index:
+    """The index at ``path``, created (with its directory) when absent."""
+    path.mkdir(parents=True, exist_ok=True)
+    if tantivy.Index.exists(str(path)):
+        return tantivy.Index.open(str(path))
+    return tantivy.Index(build_schema(), path=str(path))
+
+
+class ChangeIndex:
+    """See the module docstring. ``text_columns``: ``db.table`` -> its full-text columns."""
+
+    def __init__(self, path: Path, text_columns: Mapping[str, Sequence[str]] | None = None) -> None:
+        self.path = path
+        self.index = open_index(path)
+        self.schema = self.index.schema
+        self.text_columns = dict(text_columns or {})
+        self.writer = self.index.writer(heap_size=WRITER_HEAP, num_threads=1)
+        self.floors = self._load_floors()
+
+    def _load_floors(self) -> list[Floor]:
+        file = self.path / FLOORS_FILE
+        if not file.exists():
+            return []
+        return [Floor(f["db"], f["table"], (f["ts"], f["pos"])) for f in json.loads(file.read_text())]
+
+    def _save_floors(self) -> None:
+        tmp = self.path / (FLOORS_FILE + ".tmp")
+        data = [{"db": f.db, "table": f.table, "ts": f.version[0], "pos": f.version[1]} for f in self.floors]
+        tmp.write_text(json.dumps(data))
+        os.replace(tmp, self.path / FLOORS_FILE)
+
+    def versions(self, doc_ids: Iterable[str]) -> dict[int, Version]:
+        """The version each of ``doc_ids`` holds (by id hash); absent ids are missing."""
+        self.index.reload()
+        searcher = self.index.searcher()
+        hashes = [id_hash(d) for d in doc_ids]
+        out: dict[int, Version] = {}
+        for at in range(0, len(hashes), LOOKUP_CHUNK):
+            chunk = hashes[at : at + LOOKUP_CHUNK]
+            query = tantivy.Query.term_set_query(self.schema, "_idh", chunk)
+            hits = [addr for _, addr in searcher.search(query, limit=len(chunk), count=False).hits]
+            if not hits:
+                continue
+            found = searcher.fast_field_values("_idh", hits)
+            ts = searcher.fast_field_values("_ts", hits)
+            pos = searcher.fast_field_values("_pos", hits)
+            for h, t, p in zip(found, ts, pos, strict=True):
+                out[h] = max(out.get(h, (t, p)), (t, p))
+        return out
+
+    def floor_of(self, act: Action) -> Version | None:
+        covering = [f.version for f in self.floors if f.covers(act.db, act.table)]
+        return max(covering) if covering else None
+
+    def apply(self, batch: BatchChanges) -> tuple[int, int]:
+        """Apply and commit ``batch``; (documents put, tombstones put). Nothing is left uncommitted."""
+        new_floors = [f for f in batch.floors if f not in self.floors]
+        for floor in new_floors:
+            self._drop_below(floor)
+            self.floors.append(floor)
+        held = self.versions(batch.actions)
+        put = deleted = 0
+        for act in batch.actions.values():
+            current = held.get(id_hash(act.doc_id))
+            floor = self.floor_of(act)
+            if (current is not None and current >= act.version) or (
+                floor is not None and act.version < floor
+            ):
+                continue
+            if current is not None:
+                self.writer.delete_documents_by_term("_id", act.doc_id)
+            self.writer.add_document(document(act, self.text_columns.get(act.table_name)))
+            put += act.image is not None
+            deleted += act.image is None
+        self.writer.commit()
+        if new_floors:
+            self._save_floors()
+        return put, deleted
+
+    def _drop_below(self, floor: Floor) -> None:
+        below = tantivy.Query.range_query(
+            self.schema, "_ts", tantivy.FieldType.Integer, None, floor.version[0], include_upper=False
+        )
+        if floor.table:
+            table = tantivy.Query.term_query(self.schema, "_table", f"{floor.db}.{floor.table}")
+        else:
+            table = tantivy.Query.regex_query(self.schema, "_table", _regex_escape(floor.db) + r"\..*")
+        self.writer.delete_documents_by_query(
+            tantivy.Query.boolean_query([(tantivy.Occur.Must, below), (tantivy.Occur.Must, table)])
+        )
+
+    def close(self) -> None:
+        self.writer.wait_merging_threads()
+
+
+def _regex_escape(text: str) -> str:
+    return "".join("\\" + c if not c.isalnum() and c != "_" else c for c in text)

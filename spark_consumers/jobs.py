@@ -1,0 +1,183 @@
+"""The index and snapshot jobs: Structured Streaming with ``foreachBatch``.
+
+Each micro-batch is collected to the driver as Arrow, reduced to the latest
+change per document (:mod:`spark_consumers.latest`) and applied by the
+driver to the tantivy index or the Parquet snapshot, which commits before
+``foreachBatch`` returns, hence before Spark records the batch as done in
+the checkpoint. A restart resumes from the checkpoint; a batch that was
+applied but not recorded is applied again, which changes nothing.
+
+``run`` prints one progress line per micro-batch to stderr and stops after
+the current batch on SIGTERM or SIGINT (or, with ``--available-now``, once
+everything there at start is applied).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+from spark_consumers.config import JobConfig
+from spark_consumers.index.search import live_documents
+from spark_consumers.index.store import ChangeIndex
+from spark_consumers.latest import ROW_OPS, Version, latest_per_document
+from spark_consumers.snapshot import Snapshot
+from spark_consumers.source import offsets
+
+log = logging.getLogger(__name__)
+
+COLUMNS = ["db", "table", "op", "key", "before", "after", "types", "commit_ts", "position"]
+SCHEMA_DDL_KINDS = frozenset({"CREATE_TABLE", "ALTER_TABLE", "RENAME_TABLE", "TRUNCATE_TABLE"})
+
+
+@dataclass
+class BatchStats:
+    rows: int
+    put: int
+    deleted: int
+    seconds: float
+    max_commit_ts: int
+    size: str
+
+
+class BatchHandler:
+    """The ``foreachBatch`` function of a job; keeps each batch's stats for the progress line."""
+
+    def __init__(self, config: JobConfig) -> None:
+        self.config = config
+        self.in_batch = threading.Event()
+        self.stats: dict[int, BatchStats] = {}
+        self.index = ChangeIndex(config.output, config.text_fields) if config.kind == "index" else None
+        self.snapshot = Snapshot(config.output) if config.kind == "snapshot" else None
+
+    def __call__(self, frame: Any, batch_id: int) -> None:
+        self.in_batch.set()
+        try:
+            started = time.monotonic()
+            rows = frame.select(*COLUMNS).toArrow().to_pylist()
+            self.stats[batch_id] = self.apply(rows, started)
+        finally:
+            self.in_batch.clear()
+
+    def apply(self, rows: list[dict[str, Any]], started: float) -> BatchStats:
+        """Reduce and apply one batch's change rows (also the plain-loop path of ``bench spark``)."""
+        changes = latest_per_document(rows)
+        put = deleted = 0
+        if self.index is not None:
+            put, deleted = self.index.apply(changes)
+            size = f"{live_documents(self.index.index)} documents"
+        else:
+            assert self.snapshot is not None
+            tables = self.snapshot.apply(changes, ddl_columns(rows))
+            put = sum(a.image is not None for a in changes.actions.values())
+            deleted = len(changes.actions) - put
+            size = f"{tables} tables rewritten"
+        return BatchStats(len(rows), put, deleted, time.monotonic() - started, changes.max_commit_ts, size)
+
+    def close(self) -> None:
+        if self.index is not None:
+            self.index.close()
+
+
+def ddl_columns(rows: list[dict[str, Any]]) -> dict[str, tuple[str, Version]]:
+    """table -> (column kinds, version) of the batch's DDL that leave a table's columns behind."""
+    out: dict[str, tuple[str, Version]] = {}
+    for row in rows:
+        if row["op"] in ROW_OPS or row["op"] not in SCHEMA_DDL_KINDS or row["types"] in ("{}", None):
+            continue
+        version = (int(row["commit_ts"]), int(row["position"]))
+        name = f"{row['db']}.{row['table']}"
+        if name not in out or out[name][1] < version:
+            out[name] = (row["types"], version)
+    return out
+
+
+def stream(spark: Any, config: JobConfig) -> Any:
+    """The change rows as a streaming DataFrame, from the chosen source."""
+    if config.source == "kafka":
+        from spark_consumers.source.kafka_builtin import kafka_stream
+
+        return kafka_stream(spark, config)
+    reader = spark.readStream.format("bridge_changes")
+    for key, value in config.source_options().items():
+        reader = reader.option(key, value)
+    return reader.load()
+
+
+class StopFlag:
+    """Set by SIGTERM/SIGINT; the main loop stops the query between batches."""
+
+    def __init__(self) -> None:
+        self.requested = False
+
+    def install(self) -> None:
+        def handle(signum: int, frame: FrameType | None) -> None:
+            self.requested = True
+            log.info("signal %d: stopping after the current batch", signum)
+
+        signal.signal(signal.SIGTERM, handle)
+        signal.signal(signal.SIGINT, handle)
+
+
+def progress_line(progress: dict[str, Any], stats: BatchStats | None) -> str:
+    batch = progress.get("batchId")
+    rows = int(progress.get("numInputRows", 0))
+    seconds = max(progress.get("durationMs", {}).get("triggerExecution", 0) / 1000, 1e-9)
+    source = (progress.get("sources") or [{}])[0]
+    lag = offsets.behind(_offsets(source.get("endOffset")), _offsets(source.get("latestOffset")))
+    line = (
+        f"batch {batch}: {rows} rows in {seconds:.2f}s ({rows / seconds:,.0f} rows/s), {lag} offsets behind"
+    )
+    if stats is not None:
+        line += f", put {stats.put}, deleted {stats.deleted}, {stats.size}, commit_ts {stats.max_commit_ts}"
+    return line
+
+
+def _offsets(text: Any) -> offsets.Offsets:
+    if not text:
+        return {}
+    data = json.loads(text) if isinstance(text, str) else text
+    return {t: {p: int(o) for p, o in parts.items()} for t, parts in data.items()}
+
+
+def run(spark: Any, config: JobConfig, stop: StopFlag | None = None, out: Any = None) -> int:
+    """Run the job until it ends (available-now), fails, or ``stop`` is requested; 0 when clean."""
+    out = out or sys.stderr
+    stop = stop or StopFlag()
+    handler = BatchHandler(config)
+    writer = stream(spark, config).writeStream.foreachBatch(handler)
+    writer = writer.option("checkpointLocation", str(config.checkpoint)).queryName(f"bridge-{config.kind}")
+    if config.available_now:
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime=f"{int(config.trigger_interval * 1000)} milliseconds")
+    query = writer.start()
+    shown: set[int] = set()
+    try:
+        while query.isActive:
+            query.awaitTermination(0.5)
+            _print_progress(query, handler, shown, out)
+            if stop.requested and not handler.in_batch.is_set():
+                query.stop()
+        query.awaitTermination()  # raises the query's failure, if any
+        _print_progress(query, handler, shown, out)
+    finally:
+        handler.close()
+    print(f"stopped: {'signal' if stop.requested else 'all available data applied'}", file=out, flush=True)
+    return 0
+
+
+def _print_progress(query: Any, handler: BatchHandler, shown: set[int], out: Any) -> None:
+    for progress in query.recentProgress:
+        batch = progress.get("batchId")
+        if batch in shown or batch not in handler.stats:
+            continue
+        shown.add(batch)
+        print(progress_line(progress, handler.stats.get(batch)), file=out, flush=True)

@@ -1,0 +1,166 @@
+"""The latest change per document, by (commit_ts, position): what a micro-batch applies.
+
+A change row (``spark_consumers.decode``) becomes one or two
+:class:`Action`\\ s on documents identified by ``db/table/key``:
+
+* insert (``c``, ``r``): put the ``after`` image;
+* update (``u``): put ``after``; when the key changed, also delete the old
+  key's document (its key read from ``before`` with the key's columns);
+* delete (``d``): delete the key's document.
+
+A table without a key (its messages have no key) has a document per
+distinct row image: the id is a digest of the image's non-null values, so
+identical rows are one document, and a row image gaining a NULL column
+(``ADD COLUMN ... NULL``) keeps its id.
+
+Every action carries the change's version ``(commit_ts, position)``; of the
+actions on one document only the highest version survives
+(:func:`latest_per_document`), and a store applies it only if it is higher
+than the version the document already has, so a batch replayed after a
+crash, or a message delivered twice, changes nothing.
+
+DDL rows that remove a table's rows (``DROP_TABLE``, ``TRUNCATE_TABLE``,
+``DROP_DATABASE``, the old name of ``RENAME_TABLE``) become :class:`Floor`\\ s:
+every document of the table below that version goes, and changes below it
+are ignored from then on.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from hashlib import blake2b
+from typing import Any
+
+Version = tuple[int, int]
+FLOOR_KINDS = frozenset({"DROP_TABLE", "TRUNCATE_TABLE", "DROP_DATABASE", "RENAME_TABLE"})
+ROW_OPS = frozenset({"c", "r", "u", "d"})
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """Put ``image`` (None: delete) as document ``doc_id`` of ``db.table`` at ``version``."""
+
+    doc_id: str
+    db: str
+    table: str
+    key: str
+    version: Version
+    image: dict[str, Any] | None
+    types: str
+
+    @property
+    def table_name(self) -> str:
+        return f"{self.db}.{self.table}"
+
+
+@dataclass(frozen=True, slots=True)
+class Floor:
+    """Documents of ``db.table`` (every table of ``db`` when ``table`` is "") below ``version`` go."""
+
+    db: str
+    table: str
+    version: Version
+
+    def covers(self, db: str, table: str) -> bool:
+        return db == self.db and (not self.table or table == self.table)
+
+
+def key_text(values: Sequence[Any]) -> str:
+    """The key part of a document id: the value itself for a one-column key, else a JSON array."""
+    if len(values) == 1 and not isinstance(values[0], dict | list):
+        return str(values[0])
+    return json.dumps(list(values), separators=(",", ":"), ensure_ascii=False)
+
+
+def image_digest(image: Mapping[str, Any]) -> str:
+    """The key part for a keyless table's row: a digest of its non-null values."""
+    items = sorted((k, v) for k, v in image.items() if v is not None)
+    text = json.dumps(items, separators=(",", ":"), ensure_ascii=False)
+    return "#" + blake2b(text.encode("utf-8"), digest_size=8).hexdigest()
+
+
+def doc_id(db: str, table: str, key: str) -> str:
+    return f"{db}/{table}/{key}"
+
+
+def row_actions(
+    db: str,
+    table: str,
+    op: str,
+    key_json: str | None,
+    before_json: str | None,
+    after_json: str | None,
+    types: str,
+    version: Version,
+) -> list[Action]:
+    """The actions of one row change (see the module docstring)."""
+    before = json.loads(before_json) if before_json else None
+    after = json.loads(after_json) if after_json else None
+    key_columns = list(json.loads(key_json)) if key_json else None
+
+    def key_of(image: Mapping[str, Any]) -> str:
+        if key_columns is None:
+            return image_digest(image)
+        return key_text([image.get(c) for c in key_columns])
+
+    def action(key: str, image: dict[str, Any] | None) -> Action:
+        return Action(doc_id(db, table, key), db, table, key, version, image, types)
+
+    if op == "d":
+        if key_json:
+            return [action(key_text(list(json.loads(key_json).values())), None)]
+        return [action(key_of(before), None)] if before is not None else []
+    if after is None:  # a key-only (oversize) change: the row changed, how is unknown
+        return []
+    new = key_of(after)
+    out = [action(new, after)]
+    if op == "u" and before is not None:
+        old = key_of(before)
+        if old != new:
+            out.append(action(old, None))
+    return out
+
+
+def ddl_floor(db: str, table: str, op: str, before_json: str | None, version: Version) -> Floor | None:
+    if op not in FLOOR_KINDS:
+        return None
+    if op == "RENAME_TABLE":
+        old = json.loads(before_json) if before_json else {}
+        return Floor(str(old.get("old_db") or db), str(old.get("old_table") or ""), version) if old else None
+    return Floor(db, "" if op == "DROP_DATABASE" else table, version)
+
+
+@dataclass
+class BatchChanges:
+    """A micro-batch reduced: the surviving action per document and the floors."""
+
+    actions: dict[str, Action]
+    floors: list[Floor]
+    rows: int = 0
+    max_commit_ts: int = 0
+
+
+def latest_per_document(rows: Iterable[Mapping[str, Any]]) -> BatchChanges:
+    """Reduce change rows (mappings with the data source's columns) to :class:`BatchChanges`."""
+    out = BatchChanges({}, [])
+    for row in rows:
+        out.rows += 1
+        version = (int(row["commit_ts"]), int(row["position"]))
+        out.max_commit_ts = max(out.max_commit_ts, version[0])
+        op, db, table = row["op"], row["db"], row["table"]
+        if op not in ROW_OPS:
+            floor = ddl_floor(db, table, op, row.get("before"), version)
+            if floor is not None:
+                out.floors.append(floor)
+            continue
+        for act in row_actions(db, table, op, row["key"], row["before"], row["after"], row["types"], version):
+            held = out.actions.get(act.doc_id)
+            if held is None or held.version < act.version:
+                out.actions[act.doc_id] = act
+    for floor in out.floors:  # a floor in the batch also hides the batch's older changes of its table
+        for name, act in list(out.actions.items()):
+            if floor.covers(act.db, act.table) and act.version < floor.version:
+                del out.actions[name]
+    return out

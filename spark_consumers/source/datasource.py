@@ -1,0 +1,270 @@
+"""``spark.readStream.format("bridge_changes")``: the change topics as a Spark Python data source.
+
+Options (all strings, as Spark passes them):
+
+=========================  =====================================================================
+``bootstrap.servers``      required
+``topics``                 required: comma-separated topic names or globs (``bridge.shop.*``);
+                           ``<prefix>._ddl`` and ``<prefix>._schemas`` never match a glob
+``ddl``                    ``true`` (default): also read the ``<prefix>._ddl`` topic of every
+                           selected table topic (DROP/TRUNCATE reach the consumers as rows)
+``schema.registry.url``    the Confluent wire format's registry; without it: single-object
+                           encoding, schemas from ``<prefix>._schemas`` (``schemas.topic``)
+``schemas.wait``           seconds a reader waits for a schema not published yet (10)
+``maxOffsetsPerTrigger``   at most this many offsets per micro-batch (a message is one offset;
+                           watermarks count too); default: everything available
+``startingOffsets``        ``earliest`` (default) or JSON ``{"topic": {"0": 42}}``
+``endingOffsets``          batch reads: ``latest`` (default) or JSON
+``kafka.<setting>``        passed to the librdkafka consumers (``kafka.security.protocol``, ...)
+=========================  =====================================================================
+
+One Spark input partition per Kafka partition and offset range; its reader
+makes its own consumer and decoder (the reader object is pickled, clients are
+not). Rows leave the Python worker as Arrow record batches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from bridge.errors import ConfigError
+from spark_consumers.decode import SCHEMAS_SUFFIX, ChangeDecoder, registry_client
+from spark_consumers.source import kafka, offsets
+from spark_consumers.source.offsets import Offsets
+
+NAME = "bridge_changes"
+SCHEMA_DDL = (
+    "topic string, partition int, offset long, db string, table string, op string, key string, "
+    "before string, after string, types string, commit_ts long, position int"
+)
+ARROW_SCHEMA = pa.schema(
+    [
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("db", pa.string()),
+        ("table", pa.string()),
+        ("op", pa.string()),
+        ("key", pa.string()),
+        ("before", pa.string()),
+        ("after", pa.string()),
+        ("types", pa.string()),
+        ("commit_ts", pa.int64()),
+        ("position", pa.int32()),
+    ]
+)
+ARROW_ROWS = 4096  # rows per record batch handed to Spark
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """The options a reader needs, validated once on the driver (errors name the option)."""
+
+    bootstrap: str
+    topics: tuple[str, ...]
+    with_ddl: bool = True
+    registry_url: str = ""
+    schemas_topic: str = ""
+    schemas_wait: float = 10.0
+    max_offsets: int = 0
+    starting: str = "earliest"
+    ending: str = "latest"
+    kafka: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> SourceOptions:
+        opts = {k.lower(): v for k, v in options.items()}
+        bootstrap = opts.get("bootstrap.servers", "")
+        topics = tuple(t.strip() for t in opts.get("topics", "").split(",") if t.strip())
+        if not bootstrap:
+            raise ConfigError("bootstrap.servers: required")
+        if not topics:
+            raise ConfigError("topics: required (names or globs, comma-separated)")
+        try:
+            wait = float(opts.get("schemas.wait", "10"))
+            limit = int(opts.get("maxoffsetspertrigger", "0"))
+        except ValueError as exc:
+            raise ConfigError(f"schemas.wait / maxOffsetsPerTrigger: not a number: {exc}") from None
+        return cls(
+            bootstrap=bootstrap,
+            topics=topics,
+            with_ddl=opts.get("ddl", "true").lower() != "false",
+            registry_url=opts.get("schema.registry.url", ""),
+            schemas_topic=opts.get("schemas.topic", ""),
+            schemas_wait=wait,
+            max_offsets=limit,
+            starting=opts.get("startingoffsets", "earliest"),
+            ending=opts.get("endingoffsets", "latest"),
+            kafka={k[len("kafka.") :]: v for k, v in opts.items() if k.startswith("kafka.")},
+        )
+
+    def schemas_topic_of(self, topic: str) -> str:
+        return self.schemas_topic or topic.split(".", 1)[0] + SCHEMAS_SUFFIX
+
+
+class RangePartition(InputPartition):
+    """One Kafka partition's offsets ``[start, end)``."""
+
+    def __init__(self, topic: str, partition: int, start: int, end: int) -> None:
+        super().__init__((topic, partition, start, end))
+        self.topic, self.partition, self.start, self.end = topic, partition, start, end
+
+
+def read_partition(options: SourceOptions, part: RangePartition) -> Iterator[pa.RecordBatch]:
+    """Decode one range into Arrow record batches (runs in a Python worker)."""
+    schema_topic = None
+    if options.registry_url:
+        decoder = ChangeDecoder(registry_client(options.registry_url), {})
+    else:
+        schema_topic = kafka.SchemaTopic(
+            options.bootstrap, options.schemas_topic_of(part.topic), options.schemas_wait, options.kafka
+        )
+        decoder = ChangeDecoder(None, schema_topic.lookup)
+    consumer = kafka.Consumer(kafka.consumer_config(options.bootstrap, options.kafka))
+    rows: list[tuple[Any, ...]] = []
+    try:
+        for chunk in kafka.read_range(consumer, part.topic, part.partition, part.start, part.end):
+            for m in chunk:
+                row = decoder.decode(
+                    part.topic, part.partition, m.offset() or 0, m.key(), m.value(), kafka.header_kind(m)
+                )
+                if row is not None:
+                    rows.append(row)
+            if len(rows) >= ARROW_ROWS:
+                yield to_arrow(rows)
+                rows = []
+        if rows:
+            yield to_arrow(rows)
+    finally:
+        consumer.close()
+        if schema_topic is not None:
+            schema_topic.close()
+
+
+def to_arrow(rows: list[tuple[Any, ...]]) -> pa.RecordBatch:
+    columns = list(zip(*rows, strict=True))
+    return pa.RecordBatch.from_arrays(
+        [pa.array(c, type=f.type) for c, f in zip(columns, ARROW_SCHEMA, strict=True)], schema=ARROW_SCHEMA
+    )
+
+
+class _Planner:
+    """Driver-side: which partitions exist and where they end (one consumer, made when needed)."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self._probe: kafka.EndProbe | None = None
+
+    def ends(self) -> Offsets:
+        if self._probe is None:
+            self._probe = kafka.EndProbe(self.options.bootstrap, self.options.kafka)
+        found = kafka.list_partitions(self._probe.consumer, self.options.topics, self.options.with_ddl)
+        return self._probe.ends(found)
+
+    def starting(self) -> Offsets:
+        if self.options.starting.lower() == "earliest":
+            return {}
+        return offsets.parse_offsets(self.options.starting, "startingOffsets")
+
+    def close(self) -> None:
+        if self._probe is not None:
+            self._probe.close()
+            self._probe = None
+
+
+class ChangeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self._planner = _Planner(options)
+        self._target: Offsets | None = None
+        self._latest: Offsets = {}
+
+    def initialOffset(self) -> dict[str, Any]:
+        return self._planner.starting()
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.options.max_offsets > 0:
+            return ReadMaxRows(self.options.max_offsets)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = self._planner.ends()
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        self._latest = offsets.merge(start, self._planner.ends())
+        end = (
+            self._latest
+            if self._target is None
+            else offsets.merge(start, offsets.clamp(self._latest, self._target))
+        )
+        if isinstance(limit, ReadMaxRows):
+            end = offsets.cap(start, end, limit.max_rows)
+        return end
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        return self._latest or None
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
+        return [RangePartition(*r) for r in offsets.ranges(start, end)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, RangePartition)
+        return read_partition(self.options, partition)
+
+    def stop(self) -> None:
+        self._planner.close()
+
+
+class ChangeBatchReader(DataSourceReader):
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+
+    def partitions(self) -> list[InputPartition]:
+        planner = _Planner(self.options)
+        try:
+            start = planner.starting()
+            if self.options.ending.lower() == "latest":
+                end = planner.ends()
+            else:
+                end = offsets.parse_offsets(self.options.ending, "endingOffsets")
+        finally:
+            planner.close()
+        return [RangePartition(*r) for r in offsets.ranges(start, end)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, RangePartition)
+        return read_partition(self.options, partition)
+
+
+class ChangeTopicsSource(DataSource):
+    """The bridge's change topics; see the module docstring for the options."""
+
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def schema(self) -> str:
+        return SCHEMA_DDL
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return ChangeBatchReader(SourceOptions.parse(self.options))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return ChangeStreamReader(SourceOptions.parse(self.options))
