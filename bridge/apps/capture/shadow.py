@@ -39,6 +39,12 @@ def retarget(sql: str, db: str, shadow: str) -> str:
     return pattern.sub(lambda m: f"`{shadow}`{m.group(1)}", sql)
 
 
+def show_create(session: MySQLSession, db: str, table: str) -> str:
+    """``SHOW CREATE TABLE`` text of ``db.table`` (names in it are unqualified)."""
+    q = session.dialect.quote
+    return str(session.query(f"SHOW CREATE TABLE {q(db)}.{q(table)}")[0][1])
+
+
 class Shadow:
     """The shadow database of one captured database."""
 
@@ -53,11 +59,14 @@ class Shadow:
         except UpstreamError as exc:
             log.info("shadow DDL of %s will be binlogged (sql_log_bin: %s)", db, exc)
 
-    def copy(self, table: str) -> None:
-        """(Re)create the shadow of ``db.table`` from the source table as it is now."""
+    def copy(self, table: str, create_sql: str | None = None) -> None:
+        """(Re)create the shadow of ``db.table`` from ``create_sql`` (its ``SHOW CREATE TABLE``
+        text, unqualified), or from the source table as it is now."""
         q = self._session.dialect.quote
+        if create_sql is None:
+            create_sql = show_create(self._session, self.db, table)
         self._session.execute(f"DROP TABLE IF EXISTS {q(table)}")
-        self._session.execute(f"CREATE TABLE {q(table)} LIKE {q(self.db)}.{q(table)}")
+        self._session.execute(create_sql)
 
     def apply(self, sql: str) -> bool:
         """Run a captured DDL on the shadow; False when the shadow could not take it."""

@@ -3,9 +3,10 @@
 1. Open a transaction ``WITH CONSISTENT SNAPSHOT`` (REPEATABLE READ) and
    read the binlog position it corresponds to: on MariaDB from
    ``binlog_snapshot_file``/``binlog_snapshot_position`` (the server reports
-   the position of the snapshot itself, no lock needed) and
-   ``BINLOG_GTID_POS()``; on MySQL under a short ``FLUSH TABLES WITH READ
-   LOCK`` around ``SHOW MASTER STATUS``.
+   the position of the snapshot itself) and ``BINLOG_GTID_POS()``; on MySQL
+   from ``SHOW MASTER STATUS``. Both under a short ``FLUSH TABLES WITH READ
+   LOCK``, which also holds the table definitions still while each table's
+   ``SHOW CREATE TABLE`` is read (its shadow is made from that text).
 2. Announce each table with a CREATE_TABLE DDL binlog (its schema as the SQL
    producer describes it; its id = that binlog's start_ts).
 3. Read each table in key order, ``snapshot-chunk`` rows at a time, through
@@ -31,10 +32,12 @@ from bridge.apps.capture import metrics
 from bridge.apps.capture.emitter import Emitter
 from bridge.apps.capture.journal import Journal
 from bridge.apps.capture.position import Position
+from bridge.apps.capture.shadow import show_create
 from bridge.apps.capture.tables import TableCatalog, qualified
 from bridge.binlog import TableMutationBuilder
 from bridge.dsn import Dsn
 from bridge.producer.ddlparse import Kind
+from bridge.producer.errors import UpstreamError
 from bridge.producer.mysql import MySQLSession, MySQLUpstream
 from bridge.proto import row_pb2
 from bridge.rowcodec import RowCodec
@@ -44,22 +47,37 @@ log = logging.getLogger(__name__)
 
 
 def snapshot_position(session: MySQLSession, flavor: str, mode: str) -> Position:
-    """Start the consistent-snapshot transaction on ``session``; the binlog position it sees."""
+    """Start the consistent-snapshot transaction on ``session``; the binlog position it sees.
+
+    Called under the global read lock (:func:`read_lock`), which MySQL needs
+    for the position and both need for table definitions that match it.
+    """
     session.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+    session.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
     if flavor == "mariadb":
-        session.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
         found = {str(k).lower(): v for k, v in session.query("SHOW STATUS LIKE 'binlog_snapshot_%'")}
         file, offset = str(found["binlog_snapshot_file"]), int(found["binlog_snapshot_position"])
         gtid = str(session.query("SELECT BINLOG_GTID_POS(%s, %s)", [file, offset])[0][0] or "")
         return Position(flavor, mode, file, offset, gtid)
-    session.execute("FLUSH TABLES WITH READ LOCK")
-    try:
-        session.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
-        status = session.query("SHOW MASTER STATUS")[0]
-    finally:
-        session.execute("UNLOCK TABLES")
+    status = session.query("SHOW MASTER STATUS")[0]
     gtid = str(status[4]).replace("\n", "") if len(status) > 4 and status[4] else ""
     return Position(flavor, mode, str(status[0]), int(status[1]), gtid)
+
+
+def read_lock(session: MySQLSession, flavor: str) -> bool:
+    """Take ``FLUSH TABLES WITH READ LOCK``; False (MariaDB only) when the user may not."""
+    try:
+        session.execute("FLUSH TABLES WITH READ LOCK")
+    except UpstreamError as exc:
+        if flavor != "mariadb":
+            raise
+        log.warning(
+            "no global read lock (%s): a DDL racing the snapshot's start may make it fail; "
+            "grant RELOAD to the capture's user",
+            exc,
+        )
+        return False
+    return True
 
 
 class Snapshot:
@@ -81,11 +99,17 @@ class Snapshot:
         try:
             if self._journal.state.snapshot == "running":
                 self._truncate_announced()
-            position = snapshot_position(session, flavor, mode)
+            locked = read_lock(session, flavor)
+            try:
+                position = snapshot_position(session, flavor, mode)
+                tables = [(db, t, show_create(session, db, t)) for db, t in self._catalog.live_tables()]
+            finally:
+                if locked:
+                    session.execute("UNLOCK TABLES")
             log.info("snapshot at %s", position.describe())
             self._journal.snapshot("running", position)
-            for db, table in self._catalog.live_tables():
-                schema = self._announce(db, table, position)
+            for db, table, create_sql in tables:
+                schema = self._announce(db, table, create_sql, position)
                 self._copy(session, upstream, schema, position)
             session.rollback()
         finally:
@@ -107,17 +131,16 @@ class Snapshot:
             self._emitter.ddl(sql, _fixed(change, updates), position)
             log.info("snapshot restarted: %s truncated downstream", name)
 
-    def _announce(self, db: str, table: str, position: Position) -> row_pb2.TableSchema:
+    def _announce(self, db: str, table: str, create_sql: str, position: Position) -> row_pb2.TableSchema:
         known = self._catalog.get(db, table)
         if known is not None:
             return known.schema
-        sql = f"CREATE TABLE `{db}`.`{table}` /* announced by binlog-bridge capture's snapshot */"
 
         def change_for(start_ts: int) -> tuple[row_pb2.SchemaChange, dict[str, row_pb2.TableSchema | None]]:
-            ddl = self._catalog.created(db, table, start_ts)
+            ddl = self._catalog.created(db, table, start_ts, create_sql)
             return ddl.change, ddl.updates
 
-        self._emitter.ddl(sql, change_for, position)
+        self._emitter.ddl(create_sql, change_for, position)
         entry = self._catalog.get(db, table)
         assert entry is not None
         return entry.schema

@@ -149,9 +149,10 @@ class TableCatalog:
                     found.append((db, str(table)))
         return found
 
-    def created(self, db: str, table: str, table_id: int) -> DdlChange:
-        """A CREATE_TABLE announcing an existing table under the id ``table_id`` (its shadow is made now)."""
-        self.shadow(db).copy(table)
+    def created(self, db: str, table: str, table_id: int, create_sql: str | None = None) -> DdlChange:
+        """A CREATE_TABLE announcing an existing table under the id ``table_id``; its shadow is made
+        from ``create_sql`` (``SHOW CREATE TABLE`` read earlier) or from the table as it is now."""
+        self.shadow(db).copy(table, create_sql)
         live = self.describe(db, table)
         if live is None:
             raise SchemaMismatch(
