@@ -7,8 +7,9 @@ service's command, environment, healthcheck and mounted config text:
 - ``0.0.0.0:port``, ``127.0.0.1:port`` and ``localhost:port`` are the service
   itself, so a port it exposes becomes its own local port;
 - a service's name as the value of a ``--host``-like option (``--host spark-master``)
-  becomes ``127.0.0.1``, and a whole argument or environment value that is one of the
-  service's own exposed ports (``--port 7077``) becomes its local port;
+  becomes ``127.0.0.1``, and a whole argument, environment value or quoted config
+  string that is one of the service's own exposed ports (``--port 7077``,
+  ``"4040"``) becomes its local port;
 - a path under one of the service's mount targets becomes the local folder or
   file standing in for that volume, bind mount or config.
 """
@@ -20,6 +21,7 @@ import socket
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+QUOTED_PORT = re.compile(r'"(\d{2,5})"')
 HOST_PORT = re.compile(r"(?<![\w.-])([A-Za-z0-9][\w.-]*):(\d{2,5})(?!\d)")
 SELF_HOSTS = frozenset({"0.0.0.0", "127.0.0.1", "localhost"})  # noqa: S104 - names hosts, binds nothing
 LOCAL_HOST = "127.0.0.1"
@@ -57,7 +59,12 @@ class Rewriter:
 
     def text(self, value: str) -> str:
         value = self._paths(value)
+        value = QUOTED_PORT.sub(self._quoted_port, value)
         return HOST_PORT.sub(self._host_port, value)
+
+    def _quoted_port(self, match: re.Match[str]) -> str:
+        mapped = self.ports.local(self.own, int(match.group(1)))
+        return match.group(0) if mapped is None else f'"{mapped}"'
 
     def arg(self, value: str, option: str = "") -> str:
         if value in self.ports.services and option.endswith("host"):
