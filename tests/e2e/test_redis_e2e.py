@@ -250,7 +250,8 @@ class Mutator:
             if n % 6 == 0:
                 steps.append(lambda t, k=key: t.delete("load_orders", {"id": k}))
             elif n % 6 == 1:
-                steps.append(lambda t, k=key, n=n: t.update("load_orders", {"id": k}, {"id": 10**9 + n}))
+                # a negative id: the load allocates ids above MAX(id), read when it starts (maybe after this)
+                steps.append(lambda t, k=key, n=n: t.update("load_orders", {"id": k}, {"id": -1 - n}))
             elif n % 6 == 2:  # the values it has: no row changes
                 steps.append(
                     lambda t, k=key, v=row["status"]: t.update("load_orders", {"id": k}, {"status": v})
