@@ -14,6 +14,7 @@ nothing the second time.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from pathlib import Path
 
 from bridge.errors import ProtocolError, UserError
 from bridge.sink.contract import Sink, SinkContext
+from bridge.sink.driver import SinkDriver, as_raised
 from bridge.sink.events import DDLEvent, Event, TxnEvent
 from bridge.sink.schema import SchemaTracker
 from drainer.binlogfile import BinlogFileReader
@@ -34,6 +36,8 @@ log = logging.getLogger(__name__)
 MAX_TS = (1 << 63) - 1
 BATCH_EVENTS = 512
 BATCH_BYTES = 64 << 20
+ATTEMPTS = 10  # calls of the sink that may fail retriably in a row before the replay gives up
+RETRY_INITIAL, RETRY_MAX = 0.5, 8.0  # seconds between them, doubling
 
 
 @dataclass
@@ -57,10 +61,10 @@ class ReplaySummary:
 
 
 class _Batcher:
-    """Writes events to the sink in bounded batches and counts them."""
+    """Writes events to the sink through its driver in bounded batches and counts them."""
 
-    def __init__(self, sink: Sink, summary: ReplaySummary) -> None:
-        self.sink, self.summary = sink, summary
+    def __init__(self, driver: SinkDriver, summary: ReplaySummary) -> None:
+        self.driver, self.summary = driver, summary
         self.events: list[Event] = []
         self.size = 0
 
@@ -80,9 +84,9 @@ class _Batcher:
 
     def flush(self) -> None:
         if self.events:
-            self.sink.write(self.events)
+            self.driver.write(self.events)
             self.events, self.size = [], 0
-        self.summary.applied_ts = self.sink.flush()
+        self.summary.applied_ts = self.driver.flush()
 
 
 def replay(
@@ -94,7 +98,9 @@ def replay(
     context: SinkContext | None = None,
 ) -> ReplaySummary:
     """Apply the stored events with ``start_ts <= commit_ts <= stop_ts`` to ``sink``, opened here
-    with ``context`` (default: resuming after ``start_ts - 1`` with the tables of the first file's header)."""
+    with ``context`` (default: resuming after ``start_ts - 1`` with the tables of the first
+    file's header), through a :class:`~bridge.sink.driver.SinkDriver`: a retriable error is
+    retried (``ATTEMPTS`` times at most); the sink's own error is raised when it gives up."""
     reader = BinlogFileReader(directory)
     if not reader.files:
         raise UserError(f"replay: no binlog files in {directory}")
@@ -102,11 +108,13 @@ def replay(
     builder = EventBuilder(SchemaTracker.restore(snapshot), TableFilter())
     summary = ReplaySummary(files=len(reader.files) - first_file)
     started = time.monotonic()
-    sink.open(context or SinkContext.at(max(start_ts - 1, 0), snapshot))
-    try:
-        _apply(reader, first_file, builder, _Batcher(sink, summary), (start_ts, stop_ts), progress)
-    finally:
-        sink.close()
+    driver = SinkDriver(sink, threading.Event(), RETRY_INITIAL, RETRY_MAX, attempts=ATTEMPTS)
+    with as_raised():
+        driver.open(context or SinkContext.at(max(start_ts - 1, 0), snapshot))
+        try:
+            _apply(reader, first_file, builder, _Batcher(driver, summary), (start_ts, stop_ts), progress)
+        finally:
+            driver.close()
     summary.seconds = time.monotonic() - started
     log.info("%s", summary.line())
     return summary

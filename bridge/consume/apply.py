@@ -1,4 +1,4 @@
-"""Apply released changes to a SQL database through the drainer's own sinks.
+"""Apply released changes to a SQL database through the registered sinks the drainer uses.
 
 :class:`Applier` turns what :class:`~bridge.consume.ordering.ResolvedBuffer`
 releases (row changes and DDL events in commit order) back into the events
@@ -7,9 +7,10 @@ the drainer hands its sinks — a :class:`~bridge.sink.events.DDLEvent` per DDL
 :class:`~bridge.sink.events.TxnEvent` per commit_ts (its rows as
 :class:`~bridge.sink.events.RowChange` with values from
 :meth:`bridge.avro.TableAvro.values`) — and writes them to a sink built for
-the target DSN: :class:`drainer.sinks.sqlite.SQLiteSink` (``sqlite:`` DSNs,
-the path is a directory with one file per upstream database) or
-:class:`drainer.sinks.mysql.MySQLSink` (``mysql://``). After each batch a
+the target DSN, found by name in the sink registry
+(:mod:`bridge.sink.registry`): the ``sqlite`` sink (``sqlite:`` DSNs, the
+path is a directory with one file per upstream database) or the ``mysql``
+sink (``mysql://``). After each batch a
 :class:`~bridge.sink.events.ResolvedEvent` at the released watermark moves the
 sink's own checkpoint there, so a restarted consumer skips what it applied.
 
@@ -22,17 +23,20 @@ schemas) but not applied again.
 from __future__ import annotations
 
 import logging
-import time
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
 from bridge.consume.items import OPS, DDLItem, Ordered, RowItem
-from bridge.errors import BridgeError, UserError
+from bridge.dsn import parse_dsn
+from bridge.errors import ConfigError, UserError
 from bridge.proto import row_pb2
 from bridge.sink.contract import Sink, SinkContext
+from bridge.sink.driver import SinkDriver, as_raised
 from bridge.sink.events import ChangeKind, DDLEvent, Event, ResolvedEvent, RowChange, TxnEvent
+from bridge.sink.registry import sink_class
 from bridge.sink.schema import SchemaTracker, SchemaTrackError, TableChange
 
 log = logging.getLogger(__name__)
@@ -42,7 +46,7 @@ ValuesOf = Callable[[row_pb2.TableSchema, Mapping[str, Any]], tuple[object, ...]
 
 EVENTS_PER_WRITE = 256  # events handed to one sink.write call
 RETRIES = 10  # attempts of a write/flush the sink calls retriable
-RETRY_PAUSE = 0.5  # seconds, doubled per attempt up to 8 s
+RETRY_PAUSE, RETRY_PAUSE_MAX = 0.5, 8.0  # seconds between attempts, doubling
 
 
 class ApplyError(UserError):
@@ -167,23 +171,20 @@ SinkFactory = Callable[[], Sink]
 def sink_for(
     dsn_text: str, key: str = "--apply", worker_count: int = 4, progress_schema: str = "bridge_consume"
 ) -> SinkFactory:
-    """A factory of the drainer sink that applies to ``dsn_text``: a sqlite directory, or a MySQL
+    """A factory of the registered sink that applies to ``dsn_text``: a sqlite directory, or a MySQL
     server (``mysql://user[:password]@host:port/``; password also from BRIDGE_SINK_MYSQL_PASSWORD;
     the mysql sink keeps its progress rows in ``progress_schema``)."""
-    from bridge.producer.dsn import parse_dsn
-
     dsn = parse_dsn(dsn_text, key=key)
     if dsn.is_sqlite:
-        from drainer.sinks.sqlite import SQLiteSink
-
-        return lambda: SQLiteSink({"path": dsn.path}, Path(dsn.path))
+        sqlite = sink_class("sqlite")
+        return lambda: sqlite({"path": dsn.path}, Path(dsn.path))
     try:
-        from drainer.sinks.mysql import MySQLSink
-    except ImportError as exc:
+        mysql = sink_class("mysql")
+    except ConfigError as exc:
         raise UserError(f"{key} {dsn.redacted()}: the mysql sink is not available: {exc}") from None
     table = {"dsn": dsn_text.strip(), "worker-count": worker_count, "progress-schema": progress_schema}
-    MySQLSink(table, Path("."))  # checks the settings now: a bad DSN is a one-line error at start
-    return lambda: cast(Sink, MySQLSink(table, Path(".")))
+    mysql(table, Path("."))  # checks the settings now: a bad DSN is a one-line error at start
+    return lambda: mysql(table, Path("."))
 
 
 def cluster_of(items: Sequence[Ordered]) -> int | None:
@@ -200,11 +201,11 @@ class Applier:
 
     The first :meth:`apply` opens one sink only to learn what the target
     already applied (its checkpoint) and closes it; the sink that writes is
-    opened just before the first event above that checkpoint, after it got
-    the schema snapshot of the tables as of that point (sinks that track
-    schemas themselves, like mysql, need it). ``values_of(schema,
-    row_record)`` turns an Avro row record into the column values (default:
-    :func:`avro_values`).
+    opened just before the first event above that checkpoint, with the
+    tables known as of that point in its context. Both are called through a
+    :class:`~bridge.sink.driver.SinkDriver`, as the drainer calls its sink.
+    ``values_of(schema, row_record)`` turns an Avro row record into the
+    column values (default: :func:`avro_values`).
     """
 
     def __init__(self, factory: SinkFactory | Sink, values_of: ValuesOf | None = None) -> None:
@@ -218,47 +219,52 @@ class Applier:
         self.stats = ApplyStats()
         self.checkpoint = 0  # the target's applied commit_ts
         self.cluster_id: int | None = None
-        self.sink: Sink | None = None
+        self.driver: SinkDriver | None = None
         self._probed = False
+
+    def _driven(self, sink: Sink) -> SinkDriver:
+        return SinkDriver(sink, threading.Event(), RETRY_PAUSE, RETRY_PAUSE_MAX, attempts=RETRIES)
 
     def open(self, cluster_id: int | None = None) -> int:
         """Learn what the target applied already; returns that commit_ts (0 when fresh)."""
         if not self._probed:
             self.cluster_id = cluster_id
-            probe = self.factory()
-            probe.open(SinkContext(cluster_id=self.cluster_id or 0))
-            try:
-                self.checkpoint = probe.flush()
-            finally:
-                probe.close()
+            probe = self._driven(self.factory())
+            with as_raised():
+                probe.open(SinkContext(cluster_id=self.cluster_id or 0))
+                try:
+                    self.checkpoint = probe.flush()
+                finally:
+                    probe.close()
             self._probed = True
             log.info("consume: the target applied up to commit_ts %d", self.checkpoint)
         return self.checkpoint
 
-    def _writer(self) -> Sink:
+    def _writer(self) -> SinkDriver:
         """The sink that writes, opened at the checkpoint with the schemas as of now."""
-        if self.sink is None:
-            sink = self.factory()
+        if self.driver is None:
+            driver = self._driven(self.factory())
             context = SinkContext.at(
                 self.checkpoint, self.schemas.snapshot(), cluster_id=self.cluster_id or 0
             )
-            sink.open(context)
-            self.sink = sink
-            log.info("consume: applying to %s after commit_ts %d", sink.name, self.checkpoint)
-        return self.sink
+            with as_raised():
+                driver.open(context)
+            self.driver = driver
+            log.info("consume: applying to %s after commit_ts %d", driver.name, self.checkpoint)
+        return self.driver
 
     def close(self) -> None:
-        sink, self.sink = self.sink, None
-        if sink is not None:
-            sink.close()
+        driver, self.driver = self.driver, None
+        if driver is not None:
+            driver.close()
 
     def apply(self, items: Sequence[Ordered], upto_ts: int) -> int:
         """Apply ``items`` (apply order, all at or below ``upto_ts``) and move the target's
         checkpoint to ``upto_ts``; returns the durable position the sink reports.
 
-        A retriable failure (the sink says so: a busy SQLite file, a lost MySQL connection) makes
-        every event of this call be written again after a pause, as the drainer's sink driver
-        does; anything else propagates.
+        A retriable failure (the sink says so: a busy SQLite file, a lost MySQL connection) is
+        retried by the driver (a failed flush writes every event of this call again), up to
+        ``RETRIES`` times; anything else propagates as the sink raised it.
         """
         if not self._probed:
             self.open(cluster_of(items))
@@ -267,22 +273,10 @@ class Applier:
             events.append(ResolvedEvent(upto_ts))
         if not events:
             return self.checkpoint
-        sink = self._writer()
-        pause = RETRY_PAUSE
-        for attempt in range(1, RETRIES + 1):
-            try:
-                for i in range(0, len(events), EVENTS_PER_WRITE):
-                    sink.write(events[i : i + EVENTS_PER_WRITE])
-                position = sink.flush()
-                break
-            except BridgeError as exc:
-                if not exc.retriable or attempt == RETRIES:
-                    raise
-                log.warning(
-                    "consume: applying up to commit_ts %d failed (%s); again in %.1fs", upto_ts, exc, pause
-                )
-                time.sleep(pause)
-                pause = min(pause * 2, 8.0)
+        driver = self._writer()
+        with as_raised():
+            driver.write_all(events, EVENTS_PER_WRITE)
+            position = driver.flush()
         self.checkpoint = max(self.checkpoint, upto_ts)
         return position
 
