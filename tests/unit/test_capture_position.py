@@ -25,7 +25,7 @@ def test_mysql_gtid_is_added_to_its_source_intervals() -> None:
     assert add_gtid("mysql", f"{uuid}:1-5", f"{uuid}:8") == f"{uuid}:1-5:8"
     assert add_gtid("mysql", f"{uuid}:1-5:8", f"{uuid}:7") == f"{uuid}:1-5:7-8"
     assert add_gtid("mysql", f"{uuid}:1-5:7-8", f"{uuid}:6") == f"{uuid}:1-8"
-    assert add_gtid("mysql", f"{uuid.upper()}:1", "aa:1") == f"aa:1,{uuid}:1"
+    assert add_gtid("mysql", f"{uuid.upper()}:1", "ff:1") == f"{uuid}:1,ff:1"  # sources sorted, lower case
 
 
 def test_position_after_a_transaction_keeps_mode_and_moves_file_offset_and_gtid() -> None:
