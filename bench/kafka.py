@@ -151,7 +151,7 @@ def encode_messages(args: argparse.Namespace, txns: Sequence[TxnEvent]) -> list[
     partitions, header = args.partitions, HEADER_BYTES[args.encoding]
     codec: SingleObjectCodec | RegistryCodec
     if args.encoding == "registry":
-        from drainer.sinks.kafka import schema_registry_client
+        from bridge.kafkaclient import schema_registry_client
 
         codec = RegistryCodec(schema_registry_client(registry_url(args)))
     else:

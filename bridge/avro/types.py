@@ -49,8 +49,8 @@ from decimal import MAX_EMAX, MIN_EMIN, Context, Decimal, Inexact, Rounded
 from typing import Any, NamedTuple
 
 from bridge.proto import row_pb2
+from bridge.rowdefaults import fill_value, implicit_default
 from bridge.rowtemporal import MySQLDate, MySQLDateTime
-from drainer.translator.defaults import fill_value, implicit_default
 
 T = row_pb2.ColumnType
 

@@ -1,9 +1,15 @@
 """The ``binlog-bridge`` command: one entry point, one sub-command per task.
 
-Each sub-command lives in its own module here and exposes
+Each sub-command lives in its own module and exposes
 ``add_parser(subparsers) -> argparse.ArgumentParser``; the parser's ``func``
 default is called with the parsed arguments and returns the exit status.
 User errors (:class:`bridge.errors.UserError`) print one line, no traceback.
+
+The kernel's own commands are modules here (:data:`SUBCOMMANDS`). The
+commands of the layers above it (``pump``, ``drainer``, ``replay``) are
+registered in the entry-point group ``binlog_bridge.commands`` of
+pyproject.toml (``pump = "pump.cli:add_parser"``), so ``bridge`` never
+imports them.
 """
 
 from __future__ import annotations
@@ -13,21 +19,21 @@ import importlib
 import logging
 import sys
 from collections.abc import Sequence
+from importlib.metadata import entry_points
 
 from bridge import __version__
 from bridge.errors import BridgeError, UserError
+
+COMMANDS_GROUP = "binlog_bridge.commands"  # entry points: name = "module:add_parser"
 
 # Sub-command name -> module under bridge.cli. Imported lazily so that
 # `binlog-bridge ctl` does not pay for what `binlog-bridge meta` needs.
 SUBCOMMANDS: dict[str, str] = {
     "meta": "bridge.cli.meta",
-    "pump": "bridge.cli.pump",
-    "drainer": "bridge.cli.drainer",
     "ctl": "bridge.cli.ctl",
     "bench": "bridge.cli.bench",
     "load": "bridge.cli.load",
     "diff": "bridge.cli.diff",
-    "replay": "bridge.cli.replay",
     "demo": "bridge.cli.demo",
     "consume": "bridge.cli.consume",
     "capture": "bridge.cli.capture",
@@ -46,6 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module_name in SUBCOMMANDS.values():
         importlib.import_module(module_name).add_parser(sub)
+    for entry in sorted(entry_points(group=COMMANDS_GROUP), key=lambda e: e.name):
+        entry.load()(sub)
     return parser
 
 

@@ -110,8 +110,8 @@ def check(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bridge.consume.runner import Limits, run_apply, run_print
-    from bridge.consume.settings import consumer_settings, registry_settings
+    from bridge.apps.consume.runner import Limits, run_apply, run_print
+    from bridge.apps.consume.settings import consumer_settings, registry_settings
 
     check(args)
     if args.schema_registry_config is not None and not args.schema_registry_url:
@@ -121,12 +121,12 @@ def run(args: argparse.Namespace) -> int:
     limits = Limits(args.until_ts, args.idle_timeout, args.max_messages)
     applier = None
     if args.apply is not None:
-        from bridge.consume.apply import Applier, sink_for
+        from bridge.apps.consume.apply import Applier, sink_for
 
         applier = Applier(
             sink_for(args.apply, worker_count=args.worker_count, progress_schema=args.progress_schema)
         )
-    from bridge.consume.reader import ChangeReader
+    from bridge.apps.consume.reader import ChangeReader
 
     reader = ChangeReader(
         args.bootstrap_servers,

@@ -46,7 +46,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
-from urllib.parse import urlsplit, urlunsplit
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from confluent_kafka.schema_registry import SchemaRegistryClient
@@ -68,6 +67,7 @@ from bridge.avro import (
 )
 from bridge.config import build
 from bridge.errors import BridgeError, ConfigError
+from bridge.kafkaclient import SettingValue, redact_url, redacted, schema_registry_client
 from bridge.proto import row_pb2
 from bridge.schema import table_name
 from bridge.sink.contract import Sink, SinkContext
@@ -82,7 +82,6 @@ log = logging.getLogger(__name__)
 _RDKAFKA_LOG = logging.getLogger("drainer.sinks.kafka.librdkafka")  # librdkafka's own log lines
 
 Change = row_pb2.SchemaChange
-SettingValue = str | int | float | bool
 Headers = list[tuple[str, str | bytes | None]]
 
 # The librdkafka settings the sink owns: the contract depends on them.
@@ -101,8 +100,6 @@ _OWNED = {
 }
 # Settings the admin client shares with the producer (connection and security).
 _SHARED_PREFIXES = ("security.", "sasl.", "ssl.", "socket.", "client.", "broker.", "reconnect.", "metadata.")
-# Settings whose values are never logged: credentials, and inline keys (ssl.key.pem, *.keystore).
-_SECRET_WORDS = ("password", "secret", "jaas", "user.info", "token", "credentials", "pem", "keystore")
 # Delivery errors that retrying cannot mend.
 _REFUSED = frozenset(
     {
@@ -124,10 +121,6 @@ _UNKNOWN_TOPIC = frozenset(
 _REGISTRY_HEADER = 5  # 0x00 + schema id (4 bytes)
 _SINGLE_OBJECT_HEADER = 10  # 0xC3 0x01 + fingerprint (8 bytes)
 _LOG_EVERY = 10.0  # seconds between repeated warnings of one kind
-
-# mock:// schema registries by URL: every sink (and test) of one process that
-# names the same mock URL shares one in-process registry.
-_MOCK_REGISTRIES: dict[str, SchemaRegistryClient] = {}
 
 
 @dataclass
@@ -228,35 +221,6 @@ def check_settings(value: object, key: str) -> dict[str, SettingValue]:
             raise ConfigError(f"{key}.{name}: expected a string, number or boolean")
         settings[str(name)] = setting
     return settings
-
-
-def redacted(settings: Mapping[str, SettingValue]) -> dict[str, SettingValue]:
-    """``settings`` with every secret-looking value replaced, for logs."""
-    return {
-        name: ("<redacted>" if any(word in name.lower() for word in _SECRET_WORDS) else value)
-        for name, value in settings.items()
-    }
-
-
-def redact_url(url: str) -> str:
-    """``url`` without the user and password it may carry (``https://user:pw@host`` -> ``https://***@host``)."""
-    parts = urlsplit(url)
-    if "@" not in parts.netloc:
-        return url
-    return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]))
-
-
-def schema_registry_client(
-    url: str, settings: Mapping[str, SettingValue] | None = None
-) -> SchemaRegistryClient:
-    """The registry client for ``url``; ``mock://`` URLs give one shared in-process registry per URL."""
-    conf: dict[str, Any] = {**(settings or {}), "url": url}
-    if url.startswith("mock://"):
-        client = _MOCK_REGISTRIES.get(url)
-        if client is None:
-            client = _MOCK_REGISTRIES[url] = SchemaRegistryClient.new_client(conf)
-        return client
-    return SchemaRegistryClient(conf)
 
 
 class _Codec(Protocol):

@@ -12,7 +12,7 @@ the schema the table had before (which the sink stores beside the data):
   and unique indexes unchanged, types unchanged); anything else rebuilds the
   table: create the new one, copy the rows column by column id, drop the old,
   rename. Added columns are filled with what MySQL fills
-  (:func:`drainer.translator.defaults.fill_value`);
+  (:func:`bridge.rowdefaults.fill_value`);
 - RENAME TABLE within a database is ``ALTER TABLE ... RENAME TO``; across
   databases the table is created in the new one, copied and dropped;
 - TRUNCATE is ``DELETE FROM``, DROP TABLE is ``DROP TABLE IF EXISTS``.
@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from bridge.proto import row_pb2
-from drainer.translator.defaults import fill_value
+from bridge.rowdefaults import fill_value
 from drainer.translator.sql import Statement
 from drainer.translator.sqlite import SQLiteDialect, declared_type
 

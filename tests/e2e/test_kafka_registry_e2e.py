@@ -23,12 +23,12 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from bridge.apps.demo.cluster import DRAINER, Cluster
 from bridge.apps.diff import diff
-from bridge.consume.apply import Applier
-from bridge.consume.reader import ChangeReader
-from bridge.consume.runner import Limits, run_apply
+from bridge.apps.consume.apply import Applier
+from bridge.apps.consume.reader import ChangeReader
+from bridge.apps.consume.runner import Limits, run_apply
+from bridge.kafkaclient import schema_registry_client
 from drainer.app import serve
 from drainer.config import DrainerConfig, load_config
-from drainer.sinks.kafka import schema_registry_client
 from drainer.sinks.sqlite import SQLiteSink
 from tests.e2e.test_kafka_e2e import HANG_GUARD, kafka_spec
 from tests.e2e.test_pipeline import LOAD_TABLES, run_load

@@ -103,18 +103,18 @@ def _load_config(compose: ComposeFile, service: Service, args: argparse.Namespac
 
         return meta.load_config(argparse.Namespace(**{**vars(args), "config": path}))
     if args.command == "pump":
-        from bridge.cli import pump
         from bridge.config import load as load_toml_config
+        from pump import cli as pump_cli
         from pump.config import PumpConfig
 
-        overrides = {key: getattr(args, dest) for dest, key in pump.FLAG_KEYS.items()}
+        overrides = {key: getattr(args, dest) for dest, key in pump_cli.FLAG_KEYS.items()}
         return load_toml_config(PumpConfig, path, overrides)
     if args.command == "drainer":
-        from bridge.cli import drainer
         from bridge.sink.registry import build_sink
+        from drainer import cli as drainer_cli
         from drainer.config import load_config
 
-        config = load_config(path, {key: getattr(args, dest) for dest, key in drainer.FLAG_KEYS.items()})
+        config = load_config(path, {key: getattr(args, dest) for dest, key in drainer_cli.FLAG_KEYS.items()})
         build_sink(config.sink.types, config.sink.tables, scratch / service.name)  # checks [sink.*]
         return config
     from spark_consumers.config import build_config, load_toml

@@ -220,11 +220,11 @@ def test_unreachable_broker_and_bad_dsn_are_one_line_errors(tmp_path: Path) -> N
 
 def test_broker_errors_reported_during_a_poll_are_logged_after_it(caplog: pytest.LogCaptureFixture) -> None:
     """librdkafka's error callback only queues the error; the reader logs it once the call returned."""
-    from bridge.consume.reader import ChangeReader
+    from bridge.apps.consume.reader import ChangeReader
 
     reader = ChangeReader("127.0.0.1:1", topics=["nothing.here"], registry_url="mock://consume-errors")
     try:
-        with caplog.at_level(logging.WARNING, logger="bridge.consume.reader"):
+        with caplog.at_level(logging.WARNING, logger="bridge.apps.consume.reader"):
             for _ in range(20):  # nothing listens on port 1: the consumer soon says all brokers are down
                 assert reader.poll(0.5) == []
                 if reader.broker_errors:

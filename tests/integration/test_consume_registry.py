@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from bridge.consume.apply import Applier
-from bridge.consume.reader import ChangeReader
-from bridge.consume.runner import Limits, run_apply
+from bridge.apps.consume.apply import Applier
+from bridge.apps.consume.reader import ChangeReader
+from bridge.apps.consume.runner import Limits, run_apply
 from bridge.proto import row_pb2
 from bridge.sink.contract import SinkContext
 from bridge.sink.events import DDLEvent, Event, RowChange, TxnEvent

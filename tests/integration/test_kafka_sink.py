@@ -20,12 +20,13 @@ from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from bridge.avro import Decoder
+from bridge.kafkaclient import schema_registry_client
 from bridge.proto import row_pb2
 from bridge.sink.contract import SinkContext
 from bridge.sink.errors import SinkApplyError, SinkUnavailable
 from bridge.sink.events import Event, ResolvedEvent, TxnEvent
 from bridge.sink.schema import SchemaTracker
-from drainer.sinks.kafka import KafkaSink, schema_registry_client
+from drainer.sinks.kafka import KafkaSink
 from tests.support.binlog_events import EventStream, table_schema
 
 pytestmark = pytest.mark.kafka

@@ -1,4 +1,4 @@
-"""bridge.consume.apply: released changes become drainer events applied by the real sqlite sink;
+"""bridge.apps.consume.apply: released changes become drainer events applied by the real sqlite sink;
 a second run over the same target skips what the first applied but still reads the schemas."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from bridge.consume.apply import Applier, ApplyError, SchemaBook, schema_change, sink_for
-from bridge.consume.items import DDLItem, Ordered, RowItem, Where
+from bridge.apps.consume.apply import Applier, ApplyError, SchemaBook, schema_change, sink_for
+from bridge.apps.consume.items import DDLItem, Ordered, RowItem, Where
 from bridge.errors import ConfigError
 from bridge.proto import row_pb2
 from drainer.sinks.sqlite import SQLiteSink

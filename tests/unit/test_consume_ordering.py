@@ -1,12 +1,12 @@
-"""The resolved-ts consumer contract (bridge.consume.ordering): release order, watermarks,
+"""The resolved-ts consumer contract (bridge.apps.consume.ordering): release order, watermarks,
 de-duplication, and the rule that a CREATE TABLE's topic must be assigned before its DDL passes."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from bridge.consume.items import DDLItem, RowItem, Where
-from bridge.consume.ordering import ResolvedBuffer
+from bridge.apps.consume.items import DDLItem, RowItem, Where
+from bridge.apps.consume.ordering import ResolvedBuffer
 
 
 def row(topic: str, commit_ts: int, pos: int, partition: int = 0, offset: int = 0, op: str = "c") -> RowItem:

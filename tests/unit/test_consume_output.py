@@ -1,4 +1,4 @@
-"""consume's JSON lines (bridge.consume.jsonout) and its argument checks (bridge.cli.consume)."""
+"""consume's JSON lines (bridge.apps.consume.jsonout) and its argument checks (bridge.cli.consume)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 
 from bridge.cli import build_parser
 from bridge.cli.consume import check
-from bridge.consume.items import DDLItem, EndItem, ResolvedItem, RowItem, TombstoneItem, Where
-from bridge.consume.jsonout import item_dict, json_line, plain
+from bridge.apps.consume.items import DDLItem, EndItem, ResolvedItem, RowItem, TombstoneItem, Where
+from bridge.apps.consume.jsonout import item_dict, json_line, plain
 from bridge.errors import UserError
 from bridge.proto import row_pb2
 

@@ -1,13 +1,13 @@
-"""bridge.consume.retire: a dropped table's topic stops bounding the release once the DDL topic's
+"""bridge.apps.consume.retire: a dropped table's topic stops bounding the release once the DDL topic's
 watermark passed the drop and its partitions were read to their end after a rewind."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from bridge.consume.items import DDLItem, EndItem, Where
-from bridge.consume.ordering import ResolvedBuffer
-from bridge.consume.retire import Retirements
+from bridge.apps.consume.items import DDLItem, EndItem, Where
+from bridge.apps.consume.ordering import ResolvedBuffer
+from bridge.apps.consume.retire import Retirements
 
 DDL = "bridge._ddl"
 A, B = "bridge.shop.a", "bridge.shop.b"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from bridge.consume.settings import consumer_settings, read_properties, registry_settings
+from bridge.apps.consume.settings import consumer_settings, read_properties, registry_settings
 from bridge.errors import UserError
 
 

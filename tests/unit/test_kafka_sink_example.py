@@ -10,9 +10,10 @@ import re
 from pathlib import Path
 
 from bridge.config import build
+from bridge.kafkaclient import redacted
 from bridge.sink.registry import build_sink
 from drainer.config import load_config
-from drainer.sinks.kafka import KafkaSink, KafkaSinkConfig, redacted
+from drainer.sinks.kafka import KafkaSink, KafkaSinkConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "docs" / "examples" / "drainer-kafka.toml"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from bridge.kafkaclient import redact_url, redacted
 from bridge.sink.errors import SinkApplyError
-from drainer.sinks.kafka import redact_url, redacted
 from drainer.sinks.kafka_topics import TopicNames
 
 

@@ -9,9 +9,9 @@ from decimal import Decimal
 import pytest
 
 from bridge.proto import row_pb2
+from bridge.rowdefaults import fill_value, implicit_default
 from bridge.rowtemporal import MySQLDate, MySQLDateTime
 from bridge.sink.events import RowChange
-from drainer.translator.defaults import fill_value, implicit_default
 from drainer.translator.dialect import Dialect
 from drainer.translator.sql import Translator, build_table_sql
 from drainer.translator.sqlite import SQLiteDialect, declared_type

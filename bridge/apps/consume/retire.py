@@ -27,8 +27,8 @@ from __future__ import annotations
 import logging
 from typing import Protocol
 
-from bridge.consume.items import DDLItem, EndItem
-from bridge.consume.ordering import ResolvedBuffer
+from bridge.apps.consume.items import DDLItem, EndItem
+from bridge.apps.consume.ordering import ResolvedBuffer
 
 log = logging.getLogger(__name__)
 

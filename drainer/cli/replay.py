@@ -66,7 +66,7 @@ def bounds(args: argparse.Namespace) -> tuple[int, int]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bridge.producer.dsn import parse_dsn
+    from bridge.dsn import parse_dsn
     from drainer.replay import replay
     from drainer.sinks.sqlite import SQLiteSink
 

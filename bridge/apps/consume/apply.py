@@ -1,6 +1,6 @@
 """Apply released changes to a SQL database through the registered sinks the drainer uses.
 
-:class:`Applier` turns what :class:`~bridge.consume.ordering.ResolvedBuffer`
+:class:`Applier` turns what :class:`~bridge.apps.consume.ordering.ResolvedBuffer`
 releases (row changes and DDL events in commit order) back into the events
 the drainer hands its sinks — a :class:`~bridge.sink.events.DDLEvent` per DDL
 (its ``SchemaChange`` rebuilt from the DDL event record) and a
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from bridge.consume.items import OPS, DDLItem, Ordered, RowItem
+from bridge.apps.consume.items import OPS, DDLItem, Ordered, RowItem
 from bridge.dsn import parse_dsn
 from bridge.errors import ConfigError, UserError
 from bridge.proto import row_pb2

@@ -16,13 +16,13 @@ across tables, does what :class:`ResolvedBuffer` does:
    ``T`` below that DDL's commit_ts until the topic's partitions are assigned
    — the new table's first rows may already be in it;
    a dropped table's topic gets no more watermarks, so once everything it
-   got before the drop was read (:mod:`bridge.consume.retire`) its partitions
+   got before the drop was read (:mod:`bridge.apps.consume.retire`) its partitions
    are *retired* and bound nothing;
 4. release every buffered change with ``commit_ts <= T`` in
    ``(commit_ts, DDL first, pos)`` order; anything at or below the released
    ``T`` that arrives later is a re-delivery and is dropped.
 
-Nothing here reads Kafka; :mod:`bridge.consume.reader` feeds it.
+Nothing here reads Kafka; :mod:`bridge.apps.consume.reader` feeds it.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import heapq
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from bridge.consume.items import DDLItem, Ordered, RowItem
+from bridge.apps.consume.items import DDLItem, Ordered, RowItem
 
 TopicPartition = tuple[str, int]
 

@@ -22,12 +22,12 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import TextIO
 
-from bridge.consume.apply import Applier
-from bridge.consume.items import DDLItem, EndItem, Item, ResolvedItem, RowItem, TombstoneItem
-from bridge.consume.jsonout import json_line
-from bridge.consume.ordering import ResolvedBuffer
-from bridge.consume.reader import ChangeReader
-from bridge.consume.retire import Retirements
+from bridge.apps.consume.apply import Applier
+from bridge.apps.consume.items import DDLItem, EndItem, Item, ResolvedItem, RowItem, TombstoneItem
+from bridge.apps.consume.jsonout import json_line
+from bridge.apps.consume.ordering import ResolvedBuffer
+from bridge.apps.consume.reader import ChangeReader
+from bridge.apps.consume.retire import Retirements
 from bridge.errors import BridgeError
 
 log = logging.getLogger(__name__)
@@ -221,7 +221,7 @@ def run_print(reader: ChangeReader, limits: Limits, out: TextIO, *, show_resolve
 
 
 def run_apply(reader: ChangeReader, applier: Applier, limits: Limits) -> Summary:
-    """The resolved-ts contract (:mod:`bridge.consume.ordering`) into ``applier``'s sink."""
+    """The resolved-ts contract (:mod:`bridge.apps.consume.ordering`) into ``applier``'s sink."""
     buffer = ResolvedBuffer()
     reader.on_assign = buffer.assign
     loop = Loop(reader, buffer, limits)

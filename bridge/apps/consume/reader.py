@@ -33,7 +33,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, KafkaException, Message
 from confluent_kafka import TopicPartition as KafkaPartition
 
-from bridge.consume.items import (
+from bridge.apps.consume.items import (
     KIND_DDL,
     KIND_RESOLVED,
     KIND_TOMBSTONE,
@@ -68,7 +68,7 @@ class BrokerUnreachable(UserError):
 def librdkafka_logger() -> logging.Logger:
     """Where librdkafka's own log lines go: shown only at --log-level debug (connection failures
     repeat every few ms; the error callback reports them once, as a warning)."""
-    logger = logging.getLogger("bridge.consume.librdkafka")
+    logger = logging.getLogger("bridge.apps.consume.librdkafka")
     if not logging.getLogger().isEnabledFor(logging.DEBUG):
         logger.setLevel(logging.CRITICAL)
     return logger
@@ -220,8 +220,8 @@ class ChangeReader:
         from bridge.avro import Decoder
 
         if registry_url:
-            # the sink's client factory: a mock:// URL names one registry shared in this process
-            from drainer.sinks.kafka import redact_url, schema_registry_client
+            # the shared client factory: a mock:// URL names one registry shared in this process
+            from bridge.kafkaclient import redact_url, schema_registry_client
 
             try:
                 registry = schema_registry_client(registry_url, registry_settings)

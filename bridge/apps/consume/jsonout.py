@@ -18,7 +18,7 @@ from typing import Any
 
 from google.protobuf.json_format import MessageToDict
 
-from bridge.consume.items import DDLItem, Item, ResolvedItem, RowItem, TombstoneItem
+from bridge.apps.consume.items import DDLItem, Item, ResolvedItem, RowItem, TombstoneItem
 from bridge.proto import row_pb2
 
 
