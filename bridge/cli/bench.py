@@ -23,6 +23,8 @@ BENCHES: dict[str, str] = {
     "drainer": "bench.drainer",
     "mysql": "bench.mysql",
     "kafka": "bench.kafka",
+    "capture": "bench.capture",
+    "redis": "bench.redis",
 }
 
 REQUIRED_KEYS = ("name", "value", "unit", "ceiling", "ratio")

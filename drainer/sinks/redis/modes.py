@@ -49,6 +49,11 @@ class TablePlan:
     pk: tuple[int, ...]
     rules: tuple[TableRule, ...]
 
+    @property
+    def invalidate_only(self) -> bool:
+        """Every rule only invalidates: the changes take :func:`invalidation_keys`' fast path."""
+        return all(rule.rule.config.modes == ["invalidate"] for rule in self.rules)
+
 
 @dataclass
 class Change:
@@ -72,6 +77,34 @@ class Change:
         if not self.plan.pk or image is None:
             return None
         return {self.plan.columns[i]: image[self.plan.columns[i]] for i in self.plan.pk}
+
+
+# Types whose equal values always render the same text (not so for floats: -0.0 == 0.0).
+_SAME_TEXT_WHEN_EQUAL = frozenset((int, str, bytes))
+
+
+def invalidation_keys(rules: tuple[TableRule, ...], row: RowChange) -> list[str]:
+    """The keys an invalidate-only table's change deletes: every template rendered from the
+    before image and, where it renders differently, from the after image."""
+    before, after = row.before, row.after
+    keys: list[str] = []
+    for rule in rules:
+        for renderer in rule.keys:
+            if before is None:
+                keys.append(renderer.render(after))  # type: ignore[arg-type]
+                continue
+            old = renderer.render(before)
+            keys.append(old)
+            if after is None:
+                continue
+            for position in renderer.positions:
+                value = before[position]
+                if value != after[position] or type(value) not in _SAME_TEXT_WHEN_EQUAL:
+                    new = renderer.render(after)
+                    if new != old:
+                        keys.append(new)
+                    break
+    return keys
 
 
 def row_message(change: Change, keys: list[str], cluster_id: int) -> dict[str, object]:

@@ -31,6 +31,8 @@ from bridge.schema import key_positions, table_name
 from drainer.sinks.redis.config import PREFIX, RuleConfig
 from drainer.sinks.redis.render import DEFAULT_NULL_TOKEN, key_text
 
+_TEXT_OF = {int: str, str: str}  # the usual key columns, without a call to key_text
+
 log = logging.getLogger(__name__)
 
 _META = ("db", "table", "pk")
@@ -128,7 +130,9 @@ class KeyRenderer:
     def render(self, image: Image) -> str:
         null, lits, positions = self.null_token, self.literals, self.positions
         if len(positions) == 1:
-            return lits[0] + key_text(image[positions[0]], null) + lits[1]
+            value = image[positions[0]]
+            text = _TEXT_OF.get(type(value))
+            return lits[0] + (text(value) if text is not None else key_text(value, null)) + lits[1]
         out = [lits[0]]
         for position, literal in zip(positions, lits[1:], strict=True):
             out += [key_text(image[position], null), literal]

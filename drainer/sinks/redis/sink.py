@@ -47,7 +47,7 @@ from drainer.sinks.redis.client import Client, new_client
 from drainer.sinks.redis.config import load_config, safe_url
 from drainer.sinks.redis.ddl import stale_keys
 from drainer.sinks.redis.metrics import RedisMetrics, metrics_for
-from drainer.sinks.redis.modes import Change, ModeWriter, TablePlan
+from drainer.sinks.redis.modes import Change, ModeWriter, TablePlan, invalidation_keys
 from drainer.sinks.redis.pipeline import Delivery, Origin, client_failure
 from drainer.sinks.redis.render import dumps
 from drainer.sinks.redis.rules import KeyRenderer, Rules
@@ -211,15 +211,34 @@ class RedisSink(Sink):
         assert writer is not None
         limit = delivery.batch_commands
         plan: TablePlan | None = None
+        fast = False
+        keys: list[str] = []  # invalidations of fast-path changes not yet queued (keeps their order)
         for pos, row in enumerate(event.changes()):
             if plan is None or row.table is not plan.schema:
+                self._invalidate(keys, event.commit_ts, plan)
                 plan = self._plan(row.table)
-            if plan.rules:
-                writer.change(Change(event, pos, row, plan))
-                if delivery.size >= limit:
-                    delivery.send()  # a large transaction: its position moves only at its end
+                fast = plan.invalidate_only
+            if not plan.rules:
+                continue
+            if fast:
+                if row.kind != "update" or row.before != row.after:  # an equal update changes nothing
+                    keys += invalidation_keys(plan.rules, row)
+                    if len(keys) >= limit:
+                        self._invalidate(keys, event.commit_ts, plan)
+                        delivery.send()  # a large transaction: its position moves only at its end
+                continue
+            writer.change(Change(event, pos, row, plan))
+            if delivery.size >= limit:
+                delivery.send()
+        self._invalidate(keys, event.commit_ts, plan)
         writer.end_transaction(event)
         delivery.complete_through(event.commit_ts)
+
+    def _invalidate(self, keys: list[str], commit_ts: int, plan: TablePlan | None) -> None:
+        """Queue the fast path's gathered invalidations, and empty ``keys``."""
+        if keys and plan is not None:
+            self.delivery.delete(keys, Origin(commit_ts, plan.name, "invalidate"))
+            keys.clear()
 
     def _write_ddl(self, event: DDLEvent) -> None:
         delivery = self.delivery

@@ -1,0 +1,218 @@
+"""Keys per second invalidated by the redis sink, against a bare redis-py client deleting the same keys.
+
+Data: the 8-column ``bench.orders`` table of ``bench drainer`` (primary key
+``id``), ``--rows`` rows updated (a non-key column changes) in transactions
+of ``--rows-per-txn``, built before anything is timed as the drainer's own
+events (:class:`~bridge.sink.events.TxnEvent`\\ s whose rows are already
+decoded, as the syncer hands them over). One rule, the default template
+``{db}:{table}:{pk}`` under a prefix of the run's own: one key per row.
+
+``value``: before each run every key is written (``SET``, not timed); then a
+:class:`drainer.sinks.redis.RedisSink` with its default delivery settings
+(UNLINK, ``batch-commands``, ``del-batch-keys``) gets every transaction in
+``write`` calls of ``--events-per-write`` events, then ``flush``: keys/s from
+the first write to the flush that returns the last commit_ts (template
+rendering from the before and after images, merging, pipelining, the
+replies checked), and every key must be gone.
+
+``ceiling``: in the same run, the same keys (rendered beforehand, not timed)
+written again and deleted by a bare ``redis.Redis`` client: a non-transactional
+pipeline of UNLINK commands of ``del-batch-keys`` keys each, executed every
+``batch-commands`` keys — the sink's own batching, without the sink. ``ratio``
+= value / ceiling. Each side runs ``--repeat`` times, alternating; the best
+run of each is reported. ``per_key_pipeline`` is a third, informational
+figure: the same client sending one ``DEL`` per key, ``batch-commands``
+commands per pipeline (what "pipelined DEL" usually means); the sink merges
+keys, so it is not the bound.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from bench.drainer import row_values, table_schema
+from bridge.rowcodec import RowCodec
+from bridge.sink.contract import SinkContext
+from bridge.sink.events import Event, RowChange, TxnEvent
+from bridge.tso import compose
+
+DEFAULT_URL = os.environ.get("BRIDGE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--url", default=DEFAULT_URL, help=f"Redis (default {DEFAULT_URL})")
+    parser.add_argument("--rows", type=int, default=200_000, help="rows updated (default 200000)")
+    parser.add_argument("--rows-per-txn", type=int, default=10, help="rows per transaction (default 10)")
+    parser.add_argument(
+        "--events-per-write", type=int, default=256, help="events per sink.write call (default 256)"
+    )
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each side, best kept (default 3)")
+    parser.add_argument("--timeout", type=float, default=600.0, help="time limit of one run (default 600 s)")
+
+
+def progress(message: str) -> None:
+    print(f"bench redis: {message}", file=sys.stderr, flush=True)
+
+
+def build_events(args: argparse.Namespace) -> list[TxnEvent]:
+    """Every transaction: updates of ``bench.orders`` rows, decoded exactly as the syncer hands them over."""
+    schema = table_schema()
+    codec = RowCodec(schema)
+    base = compose(int(time.time() * 1000), 0)
+    txns: list[TxnEvent] = []
+    for n, first in enumerate(range(0, args.rows, args.rows_per_txn)):
+        rows = []
+        for i in range(first, min(first + args.rows_per_txn, args.rows)):
+            before = row_values(i)
+            after = (*before[:7], f"note {i} revised")
+            rows.append(
+                RowChange(
+                    "update", schema, codec.decode(codec.encode(before)), codec.decode(codec.encode(after))
+                )
+            )
+        commit_ts = base + 10 + 2 * n
+        txns.append(TxnEvent(commit_ts - 1, commit_ts, b"", decode=_replay(rows), row_count=len(rows)))
+    return txns
+
+
+def _replay(rows: list[RowChange]) -> Callable[[], Iterator[RowChange]]:
+    return lambda: iter(rows)
+
+
+def fill(client: redis.Redis, keys: Sequence[str]) -> None:
+    """Write every key (what the application cached), not timed."""
+    for start in range(0, len(keys), 10_000):
+        client.mset(dict.fromkeys(keys[start : start + 10_000], b"cached"))
+
+
+def left(client: redis.Redis, prefix: str) -> int:
+    return sum(1 for _ in client.scan_iter(match=f"{prefix}*", count=10_000))
+
+
+def measure_sink(args: argparse.Namespace, txns: Sequence[TxnEvent], prefix: str, keys: Sequence[str],
+                 client: redis.Redis, data_dir: Path) -> float:  # fmt: skip
+    """Keys/s of the redis sink from the first write to the flush that returns the last commit_ts."""
+    from drainer.sinks.redis import RedisSink
+
+    sink = RedisSink({"url": args.url, "rules": [{"keys": [f"{prefix}{{db}}:{{table}}:{{pk}}"]}]}, data_dir)
+    sink.open(SinkContext(resume_ts=txns[0].commit_ts - 5, cluster_id=1, tables=(table_schema(),)))
+    fill(client, keys)
+    try:
+        last = txns[-1].commit_ts
+        step = args.events_per_write
+        began = time.perf_counter()
+        for i in range(0, len(txns), step):
+            events: list[Event] = list(txns[i : i + step])
+            sink.write(events)
+        position = sink.flush()
+        elapsed = time.perf_counter() - began
+    finally:
+        sink.close()
+    if position != last:
+        raise RuntimeError(f"redis sink: flushed to commit_ts {position}, not {last}")
+    if left(client, prefix):
+        raise RuntimeError("redis sink: keys survived the invalidation")
+    rate = len(keys) / elapsed
+    progress(f"redis sink: {len(keys):,} keys in {elapsed:.2f}s = {rate:,.0f} keys/s")
+    return rate
+
+
+def measure_ceiling(args: argparse.Namespace, keys: Sequence[str], prefix: str, client: redis.Redis,
+                    batch_commands: int, del_batch_keys: int) -> float:  # fmt: skip
+    """Keys/s of a bare client's pipelined UNLINKs of the same keys, batched as the sink batches."""
+    fill(client, keys)
+    began = time.perf_counter()
+    for start in range(0, len(keys), batch_commands):
+        pipe = client.pipeline(transaction=False)
+        batch = keys[start : start + batch_commands]
+        for chunk in range(0, len(batch), del_batch_keys):
+            pipe.execute_command("UNLINK", *batch[chunk : chunk + del_batch_keys])  # type: ignore[no-untyped-call]
+        pipe.execute()
+    elapsed = time.perf_counter() - began
+    if left(client, prefix):
+        raise RuntimeError("bare client: keys survived")
+    rate = len(keys) / elapsed
+    progress(f"bare client: {len(keys):,} keys in {elapsed:.2f}s = {rate:,.0f} keys/s")
+    return rate
+
+
+def measure_per_key(keys: Sequence[str], prefix: str, client: redis.Redis, batch_commands: int) -> float:
+    """Keys/s of a bare client's pipelines of one DEL per key (informational)."""
+    fill(client, keys)
+    began = time.perf_counter()
+    for start in range(0, len(keys), batch_commands):
+        pipe = client.pipeline(transaction=False)
+        for key in keys[start : start + batch_commands]:
+            pipe.delete(key)
+        pipe.execute()
+    elapsed = time.perf_counter() - began
+    if left(client, prefix):
+        raise RuntimeError("bare client, one DEL per key: keys survived")
+    rate = len(keys) / elapsed
+    progress(f"bare client, one DEL per key: {len(keys):,} keys in {elapsed:.2f}s = {rate:,.0f} keys/s")
+    return rate
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    if (
+        args.rows < 1
+        or not 1 <= args.rows_per_txn <= args.rows
+        or args.events_per_write < 1
+        or args.repeat < 1
+    ):
+        raise SystemExit(
+            "bench redis: --rows >= 1, --rows-per-txn 1..rows, --events-per-write >= 1, --repeat >= 1"
+        )
+    from drainer.sinks.redis.config import load_config, safe_url
+
+    defaults = load_config({})
+    txns = build_events(args)
+    prefix = f"bench-redis-{uuid.uuid4().hex[:8]}:"
+    keys = [f"{prefix}bench:orders:{i}" for i in range(args.rows)]
+    progress(f"{len(txns):,} transactions, {len(keys):,} keys pre-built; Redis {safe_url(args.url)}")
+    client = redis.Redis.from_url(args.url)
+    values, ceilings = [], []
+    try:
+        with tempfile.TemporaryDirectory(prefix="bench-redis-") as name:
+            for _ in range(args.repeat):
+                ceilings.append(
+                    measure_ceiling(
+                        args, keys, prefix, client, defaults.batch_commands, defaults.del_batch_keys
+                    )
+                )
+                values.append(measure_sink(args, txns, prefix, keys, client, Path(name)))
+            per_key = measure_per_key(keys, prefix, client, defaults.batch_commands)
+    finally:
+        client.close()
+    value, ceiling = max(values), max(ceilings)
+    return {
+        "name": "redis",
+        "value": round(value, 1),
+        "unit": "keys/s",
+        "ceiling": round(ceiling, 1),
+        "ratio": float(f"{value / ceiling:.4g}") if ceiling else 0.0,
+        "runs": {"sink": [round(v, 1) for v in values], "bare_client": [round(c, 1) for c in ceilings]},
+        "per_key_pipeline": round(per_key, 1),
+        "params": {
+            "rows": args.rows,
+            "rows_per_txn": args.rows_per_txn,
+            "events_per_write": args.events_per_write,
+            "columns": len(table_schema().columns),
+            "batch_commands": defaults.batch_commands,
+            "del_batch_keys": defaults.del_batch_keys,
+            "unlink": defaults.unlink,
+        },
+        "load_avg": [round(x, 2) for x in os.getloadavg()],
+        "ceiling_is": "the same keys deleted by a bare redis-py client: a non-transactional pipeline of "
+        "UNLINK commands of del-batch-keys keys, executed every batch-commands keys (the sink's batching)",
+    }
