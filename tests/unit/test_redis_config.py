@@ -115,3 +115,15 @@ def test_the_example_config_loads() -> None:
     assert data["sink"]["type"] == "redis"
     config = load_config(data["sink"]["redis"])
     assert config.rules and all(rule.keys for rule in config.rules)
+
+
+def test_every_key_is_documented_in_the_guide() -> None:
+    import dataclasses
+
+    from bridge.config import toml_key
+    from drainer.sinks.redis.config import RedisSinkConfig, RuleConfig
+
+    guide = (ROOT / "docs" / "redis-sink.md").read_text()
+    for cls in (RedisSinkConfig, RuleConfig):
+        for field in dataclasses.fields(cls):
+            assert f"`{toml_key(field.name)}`" in guide, f"docs/redis-sink.md lacks {toml_key(field.name)}"
