@@ -13,6 +13,7 @@ interpolation environment (:data:`LOCAL_ENV`) makes the file do without them.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -44,9 +45,16 @@ HEALTH_POLL = 0.5
 
 @dataclass
 class Running:
+    """A started project service: ``state`` is starting, healthy or exited (``status`` set)."""
+
     service: Service
     process: subprocess.Popen[bytes]
     log: Path
+    health: list[str] | None
+    env: dict[str, str]
+    started: float = field(default_factory=time.monotonic)
+    state: str = "starting"
+    status: int | None = None
 
 
 @dataclass
@@ -56,7 +64,7 @@ class LocalRun:
     timeout: float = 240.0
     say: Callable[[str], None] = lambda line: print(f"compose-local: {line}", file=sys.stderr, flush=True)
     ports: PortMap = field(default_factory=PortMap)
-    running: list[Running] = field(default_factory=list)
+    running: dict[str, Running] = field(default_factory=dict)
 
     def local_services(self) -> list[str]:
         """The services this run starts, in start order."""
@@ -69,7 +77,8 @@ class LocalRun:
         return [n for n in self.compose.services if n not in self.local_services()]
 
     def execute(self, infra: LocalServices) -> int:
-        """Start everything, run the one-shots, and return verify's exit status."""
+        """Start the local servers, then every project service once what it depends on is
+        healthy (or has completed), as Compose does; return verify's exit status."""
         names = self.local_services()
         if not names or names[-1] != "verify":
             raise RuntimeError(f"the last service to start must be verify, not {names[-1:]}")
@@ -83,14 +92,33 @@ class LocalRun:
                 self.say(f"{name}: local {service.local_kind} on 127.0.0.1:{port}")
             else:
                 self.ports.assign(name, service.expose)
-        status = 0
-        for name in names:
-            service = self.compose.services[name]
-            if service.is_project:
-                status = self._start(service)
-        return status
+        pending = [n for n in names if self.compose.services[n].is_project]
+        while "verify" not in self.running or self.running["verify"].status is None:
+            for name in [n for n in pending if self._ready(self.compose.services[n])]:
+                pending.remove(name)
+                self.running[name] = self._start(self.compose.services[name])
+            for running in self.running.values():
+                self._poll(running)
+            time.sleep(HEALTH_POLL)
+        sys.stdout.write(self.running["verify"].log.read_text())
+        return int(self.running["verify"].status or 0)
 
-    def _start(self, service: Service) -> int:
+    def _ready(self, service: Service) -> bool:
+        """Whether every dependency of ``service`` that runs here meets its condition."""
+        for dep, options in service.depends_on.items():
+            running = self.running.get(dep)
+            if not self.compose.services.get(dep) or not self.compose.services[dep].is_project:
+                continue  # a local server (started first) or a service that cannot run here
+            if running is None:
+                return False
+            wanted = options.get("condition", "service_started")
+            if wanted == "service_healthy" and running.state != "healthy":
+                return False
+            if wanted == "service_completed_successfully" and running.status != 0:
+                return False
+        return True
+
+    def _start(self, service: Service) -> Running:
         rewriter = self.rewriter(service)
         argv = rewriter.argv(service.command)
         env = self.environment(service, rewriter)
@@ -104,20 +132,34 @@ class LocalRun:
             process = subprocess.Popen(
                 argv, cwd=work, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
             )
-        running = Running(service, process, log)
-        started = time.monotonic()
-        if service.one_shot:
-            status = self._wait_exit(running)
-            self.say(f"{service.name}: exited {status} after {time.monotonic() - started:.1f}s (log {log})")
-            if service.name == "verify":
-                sys.stdout.write(log.read_text())
-            elif status != 0:
-                raise RuntimeError(f"{service.name} failed with status {status}:\n{_tail(log)}")
-            return status
-        self.running.append(running)
-        self._wait_healthy(running, rewriter, env)
-        self.say(f"{service.name}: healthy after {time.monotonic() - started:.1f}s (pid {process.pid})")
-        return 0
+        health = (
+            None if service.one_shot or service.healthcheck is None else rewriter.argv(service.healthcheck)
+        )
+        return Running(service, process, log, health, env)
+
+    def _poll(self, running: Running) -> None:
+        """Move ``running`` on: healthy when its healthcheck passes, exited when it ends."""
+        name, elapsed = running.service.name, time.monotonic() - running.started
+        if running.state == "exited":
+            return
+        status = running.process.poll()
+        if status is not None:
+            running.state, running.status = "exited", status
+            self.say(f"{name}: exited {status} after {elapsed:.1f}s (log {running.log})")
+            if not running.service.one_shot or (status != 0 and name != "verify"):
+                raise RuntimeError(f"{name} exited with status {status}:\n{_tail(running.log)}")
+            return
+        if elapsed > self.timeout:
+            raise RuntimeError(f"{name}: not done after {self.timeout:.0f}s:\n{_tail(running.log)}")
+        if running.state == "starting" and not running.service.one_shot:
+            check = running.health
+            if (
+                check is None
+                or subprocess.run(check, env=running.env, capture_output=True, timeout=30).returncode == 0
+            ):
+                running.state = "healthy"
+                elapsed = time.monotonic() - running.started
+                self.say(f"{name}: healthy after {elapsed:.1f}s (pid {running.process.pid})")
 
     def rewriter(self, service: Service) -> Rewriter:
         """The rewriter for ``service``, its mounts materialised under the run folder."""
@@ -158,30 +200,6 @@ class LocalRun:
         base.update(PYTHONUNBUFFERED="1", PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
         return {**base, **rewriter.environment(service.environment)}
 
-    def _wait_exit(self, running: Running) -> int:
-        try:
-            return running.process.wait(timeout=self.timeout)
-        except subprocess.TimeoutExpired:
-            _stop(running.process, 5)
-            raise RuntimeError(f"{running.service.name}: still running after {self.timeout:.0f}s") from None
-
-    def _wait_healthy(self, running: Running, rewriter: Rewriter, env: dict[str, str]) -> None:
-        check = running.service.healthcheck
-        if check is None:
-            return
-        argv = rewriter.argv(check)
-        deadline = time.monotonic() + self.timeout
-        while time.monotonic() < deadline:
-            if running.process.poll() is not None:
-                raise RuntimeError(f"{running.service.name} exited during start:\n{_tail(running.log)}")
-            done = subprocess.run(argv, env=env, capture_output=True, timeout=30, check=False)
-            if done.returncode == 0:
-                return
-            time.sleep(HEALTH_POLL)
-        raise RuntimeError(
-            f"{running.service.name}: not healthy after {self.timeout:.0f}s:\n{_tail(running.log)}"
-        )
-
     def scrape(self, prometheus_config: Path) -> dict[str, dict[str, str]]:
         """``{job: {target: /metrics text}}`` for every target of ``prometheus_config`` running here."""
         config = yaml.safe_load(prometheus_config.read_text())
@@ -201,19 +219,20 @@ class LocalRun:
 
     def stop(self) -> None:
         """SIGTERM every long-running process, newest first; SIGKILL what is left after 20 s."""
-        for running in reversed(self.running):
+        for running in reversed(self.running.values()):
             _stop(running.process, 20)
 
 
 def _stop(process: subprocess.Popen[bytes], grace: float) -> None:
-    if process.poll() is not None:
-        return
-    os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
+    """SIGTERM to the service's own process (as ``docker compose stop`` sends its init), then
+    SIGKILL to its whole process group (the JVMs a Spark process started) after ``grace``."""
+    if process.poll() is None:
+        process.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=grace)
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
+    process.wait()
 
 
 def _tail(log: Path, lines: int = 30) -> str:

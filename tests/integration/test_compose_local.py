@@ -57,7 +57,7 @@ def local_run(
     run_dir = tmp_path_factory.mktemp("compose-local")
     scrape = run_dir / "scrape.json"
     done = subprocess.run(
-        [str(ROOT / "scripts" / "compose-local"), "--profile", "spark", "--seconds", "8",
+        [str(ROOT / "scripts" / "compose-local"), "--profile", "spark", "--seconds", "6", "--rate", "60",
          "--run-dir", str(run_dir / "run"), "--scrape", str(scrape)],
         capture_output=True, text=True, timeout=RUN_TIMEOUT, check=False,
     )  # fmt: skip
