@@ -271,4 +271,5 @@ def field_error(rule: Rule, n: int, schema: row_pb2.TableSchema, exc: TemplateEr
         f"fix the rule: change or remove that template, or narrow {rule.where}.table so that it no "
         f"longer matches {table_name(schema)}"
     )
-    return f"{what}, but table {table_name(schema)} {exc}{context}; {fix}"
+    restart = "; then start the drainer again: it resumes before the DDL" if "DDL" in context else ""
+    return f"{what}, but table {table_name(schema)} {exc}{context}; {fix}{restart}"
