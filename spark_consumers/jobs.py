@@ -27,7 +27,7 @@ from typing import Any
 from spark_consumers.config import JobConfig
 from spark_consumers.index.search import live_documents
 from spark_consumers.index.store import ChangeIndex
-from spark_consumers.latest import ROW_OPS, Version, latest_per_document
+from spark_consumers.latest import ROW_OPS, Version, latest_per_document, newest_columns
 from spark_consumers.snapshot import Snapshot
 from spark_consumers.source import offsets
 
@@ -70,12 +70,13 @@ class BatchHandler:
         """Reduce and apply one batch's change rows (also the plain-loop path of ``bench spark``)."""
         changes = latest_per_document(rows)
         put = deleted = 0
+        columns = newest_columns(changes, ddl_columns(rows))
         if self.index is not None:
-            put, deleted = self.index.apply(changes)
+            put, deleted = self.index.apply(changes, columns)
             size = f"{live_documents(self.index.index)} documents"
         else:
             assert self.snapshot is not None
-            tables = self.snapshot.apply(changes, ddl_columns(rows))
+            tables = self.snapshot.apply(changes, columns)
             put = sum(a.image is not None for a in changes.actions.values())
             deleted = len(changes.actions) - put
             size = f"{tables} tables rewritten"
@@ -147,31 +148,49 @@ def _offsets(text: Any) -> offsets.Offsets:
     return {t: {p: int(o) for p, o in parts.items()} for t, parts in data.items()}
 
 
+class RunningJob:
+    """A started job: its streaming query and batch handler (tests and the bench watch them)."""
+
+    def __init__(self, spark: Any, config: JobConfig, stop: StopFlag) -> None:
+        self.config = config
+        self.stop = stop
+        self.handler = BatchHandler(config)
+        writer = stream(spark, config).writeStream.foreachBatch(self.handler)
+        writer = writer.option("checkpointLocation", str(config.checkpoint)).queryName(
+            f"bridge-{config.kind}"
+        )
+        if config.available_now:
+            writer = writer.trigger(availableNow=True)
+        else:
+            writer = writer.trigger(processingTime=f"{int(config.trigger_interval * 1000)} milliseconds")
+        self.query = writer.start()
+        self._shown: set[int] = set()
+
+    def position(self) -> offsets.Offsets:
+        """The end offsets of the last batch applied (what a restart resumes from)."""
+        progress = self.query.lastProgress
+        return _offsets((progress.get("sources") or [{}])[0].get("endOffset")) if progress else {}
+
+    def wait(self, out: Any) -> int:
+        """Run until the query ends (available-now), fails (raised), or a stop is requested."""
+        try:
+            while self.query.isActive:
+                self.query.awaitTermination(0.5)
+                _print_progress(self.query, self.handler, self._shown, out)
+                if self.stop.requested and not self.handler.in_batch.is_set():
+                    self.query.stop()
+            self.query.awaitTermination()  # raises the query's failure, if any
+            _print_progress(self.query, self.handler, self._shown, out)
+        finally:
+            self.handler.close()
+        reason = "signal" if self.stop.requested else "all available data applied"
+        print(f"stopped: {reason}", file=out, flush=True)
+        return 0
+
+
 def run(spark: Any, config: JobConfig, stop: StopFlag | None = None, out: Any = None) -> int:
     """Run the job until it ends (available-now), fails, or ``stop`` is requested; 0 when clean."""
-    out = out or sys.stderr
-    stop = stop or StopFlag()
-    handler = BatchHandler(config)
-    writer = stream(spark, config).writeStream.foreachBatch(handler)
-    writer = writer.option("checkpointLocation", str(config.checkpoint)).queryName(f"bridge-{config.kind}")
-    if config.available_now:
-        writer = writer.trigger(availableNow=True)
-    else:
-        writer = writer.trigger(processingTime=f"{int(config.trigger_interval * 1000)} milliseconds")
-    query = writer.start()
-    shown: set[int] = set()
-    try:
-        while query.isActive:
-            query.awaitTermination(0.5)
-            _print_progress(query, handler, shown, out)
-            if stop.requested and not handler.in_batch.is_set():
-                query.stop()
-        query.awaitTermination()  # raises the query's failure, if any
-        _print_progress(query, handler, shown, out)
-    finally:
-        handler.close()
-    print(f"stopped: {'signal' if stop.requested else 'all available data applied'}", file=out, flush=True)
-    return 0
+    return RunningJob(spark, config, stop or StopFlag()).wait(out or sys.stderr)
 
 
 def _print_progress(query: Any, handler: BatchHandler, shown: set[int], out: Any) -> None:

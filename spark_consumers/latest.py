@@ -34,6 +34,7 @@ from hashlib import blake2b
 from typing import Any
 
 Version = tuple[int, int]
+_loads = json.JSONDecoder().decode
 FLOOR_KINDS = frozenset({"DROP_TABLE", "TRUNCATE_TABLE", "DROP_DATABASE", "RENAME_TABLE"})
 ROW_OPS = frozenset({"c", "r", "u", "d"})
 
@@ -96,28 +97,27 @@ def row_actions(
     version: Version,
 ) -> list[Action]:
     """The actions of one row change (see the module docstring)."""
-    before = json.loads(before_json) if before_json else None
-    after = json.loads(after_json) if after_json else None
-    key_columns = list(json.loads(key_json)) if key_json else None
+    key = _loads(key_json) if key_json else None
 
     def key_of(image: Mapping[str, Any]) -> str:
-        if key_columns is None:
+        if key is None:
             return image_digest(image)
-        return key_text([image.get(c) for c in key_columns])
+        return key_text([image.get(c) for c in key])
 
-    def action(key: str, image: dict[str, Any] | None) -> Action:
-        return Action(doc_id(db, table, key), db, table, key, version, image, types)
+    def action(key_part: str, image: dict[str, Any] | None) -> Action:
+        return Action(doc_id(db, table, key_part), db, table, key_part, version, image, types)
 
     if op == "d":
-        if key_json:
-            return [action(key_text(list(json.loads(key_json).values())), None)]
-        return [action(key_of(before), None)] if before is not None else []
-    if after is None:  # a key-only (oversize) change: the row changed, how is unknown
+        if key is not None:
+            return [action(key_text(list(key.values())), None)]
+        return [action(key_of(_loads(before_json)), None)] if before_json else []
+    if after_json is None:  # a key-only (oversize) change: the row changed, how is unknown
         return []
-    new = key_of(after)
+    after = _loads(after_json)
+    new = key_text(list(key.values())) if key is not None else key_of(after)
     out = [action(new, after)]
-    if op == "u" and before is not None:
-        old = key_of(before)
+    if op == "u" and before_json:
+        old = key_of(_loads(before_json))
         if old != new:
             out.append(action(old, None))
     return out
@@ -163,4 +163,17 @@ def latest_per_document(rows: Iterable[Mapping[str, Any]]) -> BatchChanges:
         for name, act in list(out.actions.items()):
             if floor.covers(act.db, act.table) and act.version < floor.version:
                 del out.actions[name]
+    return out
+
+
+def newest_columns(
+    batch: BatchChanges, ddl: Mapping[str, tuple[str, Version]]
+) -> dict[str, tuple[str, Version]]:
+    """table -> (column kinds JSON, version) of the newest schema version the batch shows for it,
+    from its changes and from ``ddl`` (the DDL rows that leave a table's columns behind)."""
+    out = dict(ddl)
+    for act in batch.actions.values():
+        held = out.get(act.table_name)
+        if held is None or held[1] < act.version:
+            out[act.table_name] = (act.types, act.version)
     return out

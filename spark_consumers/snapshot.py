@@ -177,27 +177,25 @@ class Snapshot:
     def table(self, name: str) -> TableSnapshot:
         return TableSnapshot(self.path / name.replace("/", "_"))
 
-    def apply(self, batch: BatchChanges, ddl_types: Mapping[str, tuple[str, Version]]) -> int:
-        """Apply ``batch``; ``ddl_types``: table -> (kinds JSON, version) of DDL that set its columns.
-        Returns the number of tables rewritten."""
+    def apply(self, batch: BatchChanges, columns: Mapping[str, tuple[str, Version]]) -> int:
+        """Apply ``batch``; ``columns``: table -> (kinds JSON, version) of the newest schema version
+        the batch shows (``latest.newest_columns``). Returns the number of tables rewritten."""
         by_table: dict[str, list[Action]] = {}
         for act in batch.actions.values():
             by_table.setdefault(act.table_name, []).append(act)
-        names = set(by_table) | set(ddl_types) | {f"{f.db}.{f.table}" for f in batch.floors if f.table}
+        names = set(by_table) | set(columns) | {f"{f.db}.{f.table}" for f in batch.floors if f.table}
         names |= {p.name for f in batch.floors if not f.table for p in self.path.glob(f"{f.db}.*")}
         for name in sorted(names):
-            self._apply_table(name, by_table.get(name, []), ddl_types.get(name), batch.floors)
+            self._apply_table(name, by_table.get(name, []), columns.get(name), batch.floors)
         return len(names)
 
     def _apply_table(
-        self, name: str, actions: list[Action], ddl: tuple[str, Version] | None, floors: list[Floor]
+        self, name: str, actions: list[Action], newest: tuple[str, Version] | None, floors: list[Floor]
     ) -> None:
         snap = self.table(name)
         kinds, version, floor = snap.columns()
-        candidates = [(a.version, a.types) for a in actions] + ([(ddl[1], ddl[0])] if ddl else [])
-        for cand_version, types in candidates:
-            if cand_version > version:
-                kinds, version = dict(kinds_of(types)), cand_version
+        if newest is not None and newest[1] > version:
+            kinds, version = dict(kinds_of(newest[0])), newest[1]
         db, _, table = name.partition(".")
         covering = [f.version for f in floors if f.covers(db, table)] + ([floor] if floor else [])
         floor = max(covering) if covering else None

@@ -23,6 +23,7 @@ import logging
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import tantivy
 
@@ -32,6 +33,7 @@ from spark_consumers.latest import Action, BatchChanges, Floor, Version
 log = logging.getLogger(__name__)
 
 FLOORS_FILE = "floors.json"
+TABLES_FILE = "tables.json"
 WRITER_HEAP = 128 * 1024 * 1024
 LOOKUP_CHUNK = 20_000
 
@@ -54,6 +56,7 @@ class ChangeIndex:
         self.text_columns = dict(text_columns or {})
         self.writer = self.index.writer(heap_size=WRITER_HEAP, num_threads=1)
         self.floors = self._load_floors()
+        self.tables = table_columns(path)
 
     def _load_floors(self) -> list[Floor]:
         file = self.path / FLOORS_FILE
@@ -61,11 +64,23 @@ class ChangeIndex:
             return []
         return [Floor(f["db"], f["table"], (f["ts"], f["pos"])) for f in json.loads(file.read_text())]
 
-    def _save_floors(self) -> None:
-        tmp = self.path / (FLOORS_FILE + ".tmp")
-        data = [{"db": f.db, "table": f.table, "ts": f.version[0], "pos": f.version[1]} for f in self.floors]
+    def _save(self, name: str, data: object) -> None:
+        tmp = self.path / (name + ".tmp")
         tmp.write_text(json.dumps(data))
-        os.replace(tmp, self.path / FLOORS_FILE)
+        os.replace(tmp, self.path / name)
+
+    def _save_floors(self) -> None:
+        data = [{"db": f.db, "table": f.table, "ts": f.version[0], "pos": f.version[1]} for f in self.floors]
+        self._save(FLOORS_FILE, data)
+
+    def _note_columns(self, columns: Mapping[str, tuple[str, Version]]) -> bool:
+        changed = False
+        for table, (types, version) in columns.items():
+            held = self.tables.get(table)
+            if held is None or (held["ts"], held["pos"]) < version:
+                self.tables[table] = {"kinds": json.loads(types), "ts": version[0], "pos": version[1]}
+                changed = True
+        return changed
 
     def versions(self, doc_ids: Iterable[str]) -> dict[int, Version]:
         """The version each of ``doc_ids`` holds (by id hash); absent ids are missing."""
@@ -90,8 +105,11 @@ class ChangeIndex:
         covering = [f.version for f in self.floors if f.covers(act.db, act.table)]
         return max(covering) if covering else None
 
-    def apply(self, batch: BatchChanges) -> tuple[int, int]:
-        """Apply and commit ``batch``; (documents put, tombstones put). Nothing is left uncommitted."""
+    def apply(
+        self, batch: BatchChanges, columns: Mapping[str, tuple[str, Version]] | None = None
+    ) -> tuple[int, int]:
+        """Apply and commit ``batch``; (documents put, tombstones put). Nothing is left uncommitted.
+        ``columns`` (``latest.newest_columns``) updates ``tables.json``: each table's columns now."""
         new_floors = [f for f in batch.floors if f not in self.floors]
         for floor in new_floors:
             self._drop_below(floor)
@@ -113,6 +131,8 @@ class ChangeIndex:
         self.writer.commit()
         if new_floors:
             self._save_floors()
+        if self._note_columns(columns or {}):
+            self._save(TABLES_FILE, self.tables)
         return put, deleted
 
     def _drop_below(self, floor: Floor) -> None:
@@ -129,6 +149,13 @@ class ChangeIndex:
 
     def close(self) -> None:
         self.writer.wait_merging_threads()
+
+
+def table_columns(path: Path) -> dict[str, dict[str, Any]]:
+    """``tables.json`` of an index: table -> {"kinds": column kinds, "ts", "pos"} of the newest
+    schema version seen (documents written before a DROP COLUMN may still hold the column)."""
+    file = path / TABLES_FILE
+    return dict(json.loads(file.read_text())) if file.exists() else {}
 
 
 def _regex_escape(text: str) -> str:

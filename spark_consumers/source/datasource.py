@@ -26,7 +26,7 @@ not). Rows leave the Python worker as Arrow record batches.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -86,7 +86,11 @@ class SourceOptions:
     max_offsets: int = 0
     starting: str = "earliest"
     ending: str = "latest"
-    kafka: dict[str, str] = field(default_factory=dict)
+    kafka_settings: tuple[tuple[str, str], ...] = ()  # a tuple: options are a cache key
+
+    @property
+    def kafka(self) -> dict[str, str]:
+        return dict(self.kafka_settings)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -112,7 +116,7 @@ class SourceOptions:
             max_offsets=limit,
             starting=opts.get("startingoffsets", "earliest"),
             ending=opts.get("endingoffsets", "latest"),
-            kafka={k[len("kafka.") :]: v for k, v in opts.items() if k.startswith("kafka.")},
+            kafka_settings=tuple(sorted((k[6:], v) for k, v in opts.items() if k.startswith("kafka."))),
         )
 
     def schemas_topic_of(self, topic: str) -> str:
@@ -127,22 +131,48 @@ class RangePartition(InputPartition):
         self.topic, self.partition, self.start, self.end = topic, partition, start, end
 
 
+class _WorkerClients:
+    """A Python worker's consumer and decoder for one set of options, kept across tasks: Spark
+    reuses its Python workers (``spark.python.worker.reuse``), and making a consumer, connecting
+    and reading the schemas topic cost about a second per task, more than most ranges take."""
+
+    def __init__(self, options: SourceOptions, schemas_topic: str) -> None:
+        self.schema_topic: kafka.SchemaTopic | None = None
+        if options.registry_url:
+            self.decoder = ChangeDecoder(registry_client(options.registry_url), {})
+        else:
+            self.schema_topic = kafka.SchemaTopic(
+                options.bootstrap, schemas_topic, options.schemas_wait, options.kafka
+            )
+            self.decoder = ChangeDecoder(None, self.schema_topic.lookup)
+        self.consumer = kafka.Consumer(kafka.consumer_config(options.bootstrap, options.kafka))
+
+    def close(self) -> None:
+        self.consumer.close()
+        if self.schema_topic is not None:
+            self.schema_topic.close()
+
+
+_CLIENTS: dict[tuple[SourceOptions, str], _WorkerClients] = {}
+
+
+def _clients(options: SourceOptions, topic: str) -> _WorkerClients:
+    key = (options, options.schemas_topic_of(topic))
+    found = _CLIENTS.get(key)
+    if found is None:
+        found = _CLIENTS[key] = _WorkerClients(options, key[1])
+    return found
+
+
 def read_partition(options: SourceOptions, part: RangePartition) -> Iterator[pa.RecordBatch]:
     """Decode one range into Arrow record batches (runs in a Python worker)."""
-    schema_topic = None
-    if options.registry_url:
-        decoder = ChangeDecoder(registry_client(options.registry_url), {})
-    else:
-        schema_topic = kafka.SchemaTopic(
-            options.bootstrap, options.schemas_topic_of(part.topic), options.schemas_wait, options.kafka
-        )
-        decoder = ChangeDecoder(None, schema_topic.lookup)
-    consumer = kafka.Consumer(kafka.consumer_config(options.bootstrap, options.kafka))
+    clients = _clients(options, part.topic)
+    decode = clients.decoder.decode
     rows: list[tuple[Any, ...]] = []
     try:
-        for chunk in kafka.read_range(consumer, part.topic, part.partition, part.start, part.end):
+        for chunk in kafka.read_range(clients.consumer, part.topic, part.partition, part.start, part.end):
             for m in chunk:
-                row = decoder.decode(
+                row = decode(
                     part.topic, part.partition, m.offset() or 0, m.key(), m.value(), kafka.header_kind(m)
                 )
                 if row is not None:
@@ -152,10 +182,10 @@ def read_partition(options: SourceOptions, part: RangePartition) -> Iterator[pa.
                 rows = []
         if rows:
             yield to_arrow(rows)
-    finally:
-        consumer.close()
-        if schema_topic is not None:
-            schema_topic.close()
+    except BaseException:
+        _CLIENTS.pop((options, options.schemas_topic_of(part.topic)), None)
+        clients.close()  # a failed read leaves the consumer in an unknown state
+        raise
 
 
 def to_arrow(rows: list[tuple[Any, ...]]) -> pa.RecordBatch:

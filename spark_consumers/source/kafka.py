@@ -183,7 +183,7 @@ def read_range(
     consumer.assign([Partition(topic, partition, start)])
     idle_since = time.monotonic()
     while True:
-        messages = consumer.consume(batch, 1.0)
+        messages = consumer.consume(batch, 0.2)
         if messages:
             idle_since = time.monotonic()
         elif time.monotonic() - idle_since > PROBE_TIMEOUT:

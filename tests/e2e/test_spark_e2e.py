@@ -1,0 +1,191 @@
+"""The Spark consumers end to end, real broker and real Spark (the run's one local[2] session):
+`binlog-bridge load` (updates, deletes, key changes, keyless rows, added and dropped columns, tables
+created and dropped) against a SQLite upstream → three pumps → a drainer with the kafka sink
+(single-object encoding) → the index job → ``bridge.diff`` of the index against the upstream: equal,
+every upstream row found by its key, no deleted row found; the snapshot job's Parquet: equal too.
+
+The index job streams (1 s trigger) while the load runs, so rows committed meanwhile become
+searchable as they come; then the same topics from an empty checkpoint with ``--available-now``
+must give the same documents. The registry encoding end to end is in test_spark_registry_e2e.py.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tantivy
+
+from spark_consumers.config import JobConfig
+from spark_consumers.index import search
+from spark_consumers.jobs import RunningJob, StopFlag, run
+from spark_consumers.source import kafka, offsets
+from tests.e2e.test_kafka_e2e import HANG_GUARD, kafka_spec
+from tests.e2e.test_pipeline import LOAD_TABLES, run_load
+from tests.support.spark_sources import IndexSource, SnapshotSource, assert_equal_to_upstream
+
+pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.timeout(600)]
+
+
+def job(kind: str, bootstrap: str, prefix: str, work: Path, name: str, **settings: Any) -> JobConfig:
+    """A job over every table topic of ``prefix`` writing ``work/name`` (checkpoint beside it)."""
+    return JobConfig(
+        kind=kind, bootstrap_servers=bootstrap, topics=[f"{prefix}.*"], output=work / name,
+        checkpoint=work / f"{name}.checkpoint", **settings,
+    )  # fmt: skip
+
+
+def topic_ends(bootstrap: str, prefix: str) -> offsets.Offsets:
+    """Where every selected partition ends now (the job's own Tansu-safe probe)."""
+    probe = kafka.EndProbe(bootstrap)
+    try:
+        return probe.ends(kafka.list_partitions(probe.consumer, [f"{prefix}.*"], True))
+    finally:
+        probe.close()
+
+
+def documents(path: Path) -> dict[str, tuple[Any, ...]]:
+    """Every document of an index, live or tombstone: id -> (live, commit_ts, position, row)."""
+    index = tantivy.Index.open(str(path))
+    index.reload()
+    searcher = index.searcher()
+    out = {}
+    for _, address in searcher.search(tantivy.Query.all_query(), limit=max(searcher.num_docs, 1)).hits:
+        doc = searcher.doc(address).to_dict()
+        row = json.dumps(search.hit(doc)["row"], sort_keys=True)
+        out[doc["_id"][0]] = (doc["_live"][0], doc["_ts"][0], doc["_pos"][0], row)
+    return out
+
+
+def assert_found_by_key(upstream: str, index_path: Path) -> int:
+    """Every row of the keyed load tables is the live document ``main/<table>/<id>``."""
+    from tests.support.spark_sources import diff_module
+
+    index = search.open_existing(index_path)
+    index.reload()
+    source = diff_module("").open_source(upstream, "--upstream")
+    found = 0
+    try:
+        for table in ("load_accounts", "load_orders", "load_docs", "load_wide"):
+            for (key,) in source.rows("main", table, ["id"]):
+                hit = search.get(index, f"main/{table}/{key}")
+                assert hit is not None and hit["row"]["id"] == key, f"main.{table} id {key} not found"
+                found += 1
+    finally:
+        source.close()
+    return found
+
+
+def assert_full_text_finds(upstream: str, index_path: Path) -> None:
+    """A word of a load_docs title finds that document (full text over the table's string columns)."""
+    from tests.support.spark_sources import diff_module
+
+    source = diff_module("").open_source(upstream, "--upstream")
+    try:
+        key, title = next(iter(source.rows("main", "load_docs", ["id", "title"])))
+    finally:
+        source.close()
+    word = next(w for w in str(title).split() if w.isalnum())
+    hits = search.search(index_path, f'_key:"{key}" AND {word}', table="main.load_docs", limit=5)
+    assert [h["row"]["id"] for h in hits] == [key], (word, hits)
+    assert hits[0]["score"] > 0
+
+
+class StreamingJob:
+    """The index job streaming in a thread of the test process (the shared SparkSession)."""
+
+    def __init__(self, spark: Any, config: JobConfig) -> None:
+        self.stop = StopFlag()
+        self.running = RunningJob(spark, config, self.stop)
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._wait, name="index-job", daemon=True)
+        self.thread.start()
+
+    def _wait(self) -> None:
+        try:
+            self.running.wait(sys.stderr)
+        except BaseException as exc:  # reported by check()
+            self.error = exc
+
+    def check(self) -> None:
+        if self.error is not None:
+            raise AssertionError(f"the index job failed: {self.error!r}") from self.error
+
+    def applied_through(self, ends: offsets.Offsets) -> bool:
+        """A batch that reached ``ends`` on every partition was applied."""
+        self.check()
+        return offsets.behind(self.running.position(), ends) == 0
+
+    def close(self) -> None:
+        self.stop.requested = True
+        self.thread.join(HANG_GUARD)
+        assert not self.thread.is_alive(), "hang guard: the index job did not stop"
+        self.check()
+
+
+@pytest.fixture
+def upstream(tmp_path: Path) -> str:
+    return f"sqlite://{tmp_path / 'upstream.db'}"
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, upstream: str, kafka_bootstrap: str, unique_name: str) -> Iterator[Any]:
+    from tests.e2e.test_kafka_e2e import Cluster
+
+    cluster = Cluster(kafka_spec(tmp_path, upstream, kafka_bootstrap, unique_name))
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def wait_for(predicate: Any, what: str) -> None:
+    deadline = time.monotonic() + HANG_GUARD
+    while not predicate():
+        assert time.monotonic() < deadline, f"hang guard: no {what} after {HANG_GUARD:g}s"
+        time.sleep(0.5)
+
+
+def test_load_streamed_into_the_index_and_snapshot_equals_the_upstream(
+    spark: Any, cluster: Any, upstream: str, kafka_bootstrap: str, unique_name: str, tmp_path: Path
+) -> None:
+    streaming = StreamingJob(
+        spark, job("index", kafka_bootstrap, unique_name, tmp_path, "live", trigger_interval=1.0)
+    )
+    try:
+        run_load(cluster, upstream, seconds=8)
+        final_ts = cluster.timestamp()
+        cluster.wait_caught_up(final_ts, timeout=HANG_GUARD)
+        ends = topic_ends(kafka_bootstrap, unique_name)
+        wait_for(lambda: streaming.applied_through(ends), "index batch through the end of every topic")
+    finally:
+        streaming.close()
+    # rows committed while the job ran were applied as they came, in several batches
+    with_rows = [s for s in streaming.running.handler.stats.values() if s.rows > 0]
+    assert len(with_rows) >= 2, streaming.running.handler.stats
+
+    live = tmp_path / "live"
+    report = assert_equal_to_upstream(upstream, IndexSource(live), LOAD_TABLES)
+    print("\n".join(report.lines()))
+    assert assert_found_by_key(upstream, live) > 0
+    assert_full_text_finds(upstream, live)
+
+    # the same topics again from an empty checkpoint, available-now: the same documents
+    assert run(spark, job("index", kafka_bootstrap, unique_name, tmp_path, "again", available_now=True)) == 0
+    assert documents(tmp_path / "again") == documents(live)
+
+    # the snapshot consumer, in batches of at most 500 offsets
+    snap = job("snapshot", kafka_bootstrap, unique_name, tmp_path, "snapshot", available_now=True,
+               max_offsets_per_trigger=500)  # fmt: skip
+    assert run(spark, snap) == 0
+    assert_equal_to_upstream(upstream, SnapshotSource(tmp_path / "snapshot"), LOAD_TABLES)
+    # and Spark SQL reads it as it is
+    accounts = spark.read.parquet(str(tmp_path / "snapshot" / "main.load_accounts" / "rows.parquet"))
+    assert accounts.count() == sum(1 for _ in IndexSource(live).rows("main", "load_accounts", ["id"]))
