@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.process import ChildProcess, free_port
+from tests.support.spark import spark  # noqa: F401 (the session-scoped SparkSession fixture)
 
 ETCD_URL_ENV = "BRIDGE_TEST_ETCD_URL"
 DEFAULT_ETCD_URL = "http://127.0.0.1:23790"  # where scripts/services starts etcd
