@@ -110,11 +110,19 @@ def test_logged_urls_hide_the_password() -> None:
     assert "s3cret" not in safe_url("rediss://a:s3cret@h:1")
 
 
-def test_the_example_config_loads() -> None:
-    data = tomllib.loads((ROOT / "docs" / "examples" / "drainer-redis.toml").read_text())
-    assert data["sink"]["type"] == "redis"
-    config = load_config(data["sink"]["redis"])
-    assert config.rules and all(rule.keys for rule in config.rules)
+def test_the_example_loads_through_the_drainer_and_builds_the_sink(tmp_path: Path) -> None:
+    from bridge.sink.registry import build_sink
+    from drainer.config import load_config as load_drainer_config
+    from drainer.sinks.redis import RedisSink
+
+    config = load_drainer_config(
+        ROOT / "docs" / "examples" / "drainer-redis.toml", {"data-dir": str(tmp_path)}
+    )
+    assert config.sink.types == ["redis"]
+    sink = build_sink(config.sink.types, config.sink.tables, tmp_path)  # checks every key, connects nowhere
+    assert isinstance(sink, RedisSink)
+    assert sink.config.checkpoint_key and len(sink.rules.rules) == 4
+    assert [rule.config.modes for rule in sink.rules.rules][1] == ["invalidate", "publish"]
 
 
 def test_every_key_is_documented_in_the_guide() -> None:
