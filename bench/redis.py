@@ -45,6 +45,7 @@ from bridge.rowcodec import RowCodec
 from bridge.sink.contract import SinkContext
 from bridge.sink.events import Event, RowChange, TxnEvent
 from bridge.tso import compose
+from drainer.sinks.redis.config import RedisSinkConfig, load_config, safe_url
 
 DEFAULT_URL = os.environ.get("BRIDGE_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
@@ -173,8 +174,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         raise SystemExit(
             "bench redis: --rows >= 1, --rows-per-txn 1..rows, --events-per-write >= 1, --repeat >= 1"
         )
-    from drainer.sinks.redis.config import load_config, safe_url
-
     defaults = load_config({})
     txns = build_events(args)
     prefix = f"bench-redis-{uuid.uuid4().hex[:8]}:"
@@ -194,6 +193,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             per_key = measure_per_key(keys, prefix, client, defaults.batch_commands)
     finally:
         client.close()
+    return result(args, values, ceilings, per_key, defaults)
+
+
+def result(
+    args: argparse.Namespace,
+    values: list[float],
+    ceilings: list[float],
+    per_key: float,
+    sink: RedisSinkConfig,
+) -> dict[str, Any]:
+    """The JSON object of the run: the best of each side."""
     value, ceiling = max(values), max(ceilings)
     return {
         "name": "redis",
@@ -208,9 +218,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "rows_per_txn": args.rows_per_txn,
             "events_per_write": args.events_per_write,
             "columns": len(table_schema().columns),
-            "batch_commands": defaults.batch_commands,
-            "del_batch_keys": defaults.del_batch_keys,
-            "unlink": defaults.unlink,
+            "batch_commands": sink.batch_commands,
+            "del_batch_keys": sink.del_batch_keys,
+            "unlink": sink.unlink,
         },
         "load_avg": [round(x, 2) for x in os.getloadavg()],
         "ceiling_is": "the same keys deleted by a bare redis-py client: a non-transactional pipeline of "

@@ -34,8 +34,6 @@ a key prefix of their own. Timeouts are hang guards only.
 from __future__ import annotations
 
 import json
-import random
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -48,11 +46,8 @@ from redis.cluster import ClusterNode, RedisCluster
 from bridge.apps.demo.cluster import Cluster, ClusterSpec, resolver_for
 from bridge.apps.demo.workload import LoadProcess
 from bridge.apps.diff.open import open_source
-from bridge.dsn import parse_dsn
-from bridge.producer import TxnWriter, open_upstream
-from bridge.producer.writer import Transaction
-from bridge.pumpclient import PumpsClient
 from tests.e2e.test_pipeline import wait_for, wait_for_transactions
+from tests.support.redis_mutator import Mutator
 from tests.support.redis_server import RedisServer
 
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(420)]
@@ -221,78 +216,6 @@ class RedisPipeline:
                 self.client.delete(key)
 
 
-class Mutator:
-    """Changes rows of the first load while the second runs (see the module docstring)."""
-
-    def __init__(self, pipe: RedisPipeline, seed: int = 5) -> None:
-        self.pipe = pipe
-        self.rng = random.Random(seed)
-        self.planned = 0
-        self.done = 0
-        self.failure: BaseException | None = None
-        self._thread = threading.Thread(target=self._guarded, name="mutator", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def join(self) -> None:
-        self._thread.join(timeout=HANG_GUARD)
-        assert not self._thread.is_alive(), "the mutator hangs"
-        if self.failure is not None:
-            raise self.failure
-
-    def _guarded(self) -> None:
-        try:
-            self._run()
-        except BaseException as exc:
-            self.failure = exc
-
-    def _plan(self) -> list[Callable[[Transaction], None]]:
-        before, rng = self.pipe.before, self.rng
-        orders = rng.sample(sorted(k[0] for k in before["load_orders"]), 90)
-        slots = sorted(before["load_slots"].items())
-        steps: list[Callable[[Transaction], None]] = []
-        for n, key in enumerate(orders):
-            row = before["load_orders"][(key,)]
-            if n % 6 == 0:
-                steps.append(lambda t, k=key: t.delete("load_orders", {"id": k}))
-            elif n % 6 == 1:
-                # a negative id: the load allocates ids above MAX(id), read when it starts (maybe after this)
-                steps.append(lambda t, k=key, n=n: t.update("load_orders", {"id": k}, {"id": -1 - n}))
-            elif n % 6 == 2:  # the values it has: no row changes
-                steps.append(
-                    lambda t, k=key, v=row["status"]: t.update("load_orders", {"id": k}, {"status": v})
-                )
-            else:
-                steps.append(lambda t, k=key, n=n: t.update("load_orders", {"id": k}, {"status": f"m{n}"}))
-        pairs = [(slots[i], slots[i + 1]) for i in range(0, min(len(slots) - 1, 30), 2)]
-        for (first, a), (second, b) in pairs:
-            steps.append(lambda t, x=first[0], y=second[0], sx=a["slot"], sy=b["slot"]: swap(t, x, y, sx, sy))
-        rng.shuffle(steps)
-        return steps
-
-    def _run(self) -> None:
-        dsn = parse_dsn(self.pipe.upstream, key="upstream")
-        with PumpsClient(self.pipe.cluster.meta_addr) as client:
-            writer = TxnWriter(open_upstream(dsn), client)
-            try:
-                steps = self._plan()
-                self.planned = len(steps)
-                for step in steps:
-                    writer.run(step, attempts=20, backoff=0.05)
-                    self.done += 1
-                    time.sleep(self.rng.uniform(0.0, 0.15))
-            finally:
-                writer.close()
-
-
-def swap(txn: Transaction, first: int, second: int, first_slot: object, second_slot: object) -> None:
-    """Swap two rows' unique slots through a temporary value (the unique key is checked per statement)."""
-    txn.update("load_slots", {"id": first}, {"slot": -first})
-    txn.update("load_slots", {"id": second}, {"slot": first_slot})
-    txn.update("load_slots", {"id": first}, {"slot": second_slot})
-
-
 def run_load(
     cluster: Cluster, upstream: str, seconds: float, seed: int, fault: Fault | None = None
 ) -> dict[str, Any]:
@@ -315,7 +238,7 @@ def run_load(
 
 def run_main_load(pipe: RedisPipeline, seconds: float, fault: Fault | None = None) -> None:
     """The second load, with the mutator changing first-load rows meanwhile."""
-    mutator = Mutator(pipe)
+    mutator = Mutator(pipe.upstream, pipe.cluster.meta_addr, pipe.before)
     mutator.start()
     summary = run_load(pipe.cluster, pipe.upstream, seconds=seconds, seed=7, fault=fault)
     mutator.join()
@@ -427,107 +350,3 @@ def test_redis_stopped_for_20_seconds_only_delays_invalidation(
     assert "redis sink" in output and "Connection refused" in output, drainer.tail()
     pipe.client = server.client()
     pipe.assert_exact()
-
-
-class Subscriber:
-    """A plain redis-py subscriber collecting the JSON messages of one channel on a thread."""
-
-    def __init__(self, client: redis.Redis, channel: str) -> None:
-        self.pubsub = client.pubsub()
-        self.pubsub.subscribe(channel)
-        self.messages: list[dict[str, Any]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._listen, daemon=True)
-        self._thread.start()
-
-    def _listen(self) -> None:
-        while not self._stop.is_set():
-            message = self.pubsub.get_message(timeout=0.1)
-            if message and message["type"] == "message":
-                self.messages.append(json.loads(message["data"]))
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-        self.pubsub.close()
-
-
-def entries(client: Client, stream: str) -> list[dict[str, Any]]:
-    """Every entry of ``stream``, its JSON fields decoded."""
-    out = []
-    for _, fields in client.xrange(stream):
-        entry = {k.decode(): v.decode() for k, v in fields.items()}
-        for name in ("key", "keys", "before", "after"):
-            entry[name] = json.loads(entry[name])
-        entry["commit_ts"], entry["pos"] = int(entry["commit_ts"]), int(entry["pos"])
-        out.append(entry)
-    return out
-
-
-def replay(stream: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
-    """The rows a stream leaves (by id), checking that it is in commit order and that every
-    change starts from the image the previous change of that row left (none is missing)."""
-    rows: dict[int, dict[str, Any]] = {}
-    last = (0, -1)
-    for entry in stream:
-        position = (entry["commit_ts"], entry["pos"])
-        assert position > last, f"entry {position} after {last}"
-        last = position
-        before, after = entry["before"], entry["after"]
-        if before is not None:
-            assert rows.pop(before["id"], None) == before, f"a change of row {before['id']} is missing"
-        if after is not None:
-            assert after["id"] not in rows, f"row {after['id']} inserted twice"
-            rows[after["id"]] = after
-    return rows
-
-
-def test_publish_and_stream_read_by_plain_clients(
-    tmp_path: Path, upstream: str, redis_url: str, unique_name: str
-) -> None:
-    p = unique_name
-    rules = [
-        {"table": "/load_(orders|slots)/", "keys": [f"{p}:{{table}}:{{id}}"], "modes": ["stream"],
-         "stream": f"{p}:stream:{{table}}"},
-        {"table": "load_slots", "keys": [f"{p}:slot:{{slot}}"], "modes": ["publish", "invalidate"],
-         "channel": f"{p}:changes:{{table}}"},
-    ]  # fmt: skip
-    client = redis.Redis.from_url(redis_url)
-    pipe = RedisPipeline(tmp_path, upstream, p, {"url": redis_url}, client, rules)
-    subscriber = Subscriber(client, f"{p}:changes:load_slots")
-    try:
-        pipe.start()
-        run_load(pipe.cluster, upstream, seconds=8, seed=3)
-        pipe.catch_up()
-        _, final = snapshot(upstream)
-        orders, slots = entries(client, f"{p}:stream:load_orders"), entries(client, f"{p}:stream:load_slots")
-        assert {e["op"] for e in orders} == {"insert", "update", "delete"}
-        replayed = replay(orders)
-        upstream_orders = {k[0]: row for k, row in final["load_orders"].items()}
-        assert replayed.keys() == upstream_orders.keys()
-        for key, row in upstream_orders.items():
-            got = replayed[key]
-            assert (got["account_id"], got["qty"], got["status"]) == (
-                row["account_id"],
-                row["qty"],
-                row["status"],
-            )
-        replayed_slots = replay(slots)
-        assert {k: r["slot"] for k, r in replayed_slots.items()} == {
-            k[0]: row["slot"] for k, row in final["load_slots"].items()
-        }
-        swaps = [e for e in slots if e["op"] == "update" and e["before"]["slot"] != e["after"]["slot"]]
-        assert swaps, "no unique slot changed"
-        for _ in range(100):  # pub/sub: delivered while the subscriber reads; the stream is complete
-            if len(subscriber.messages) >= len(slots):
-                break
-            time.sleep(0.1)
-        published = [
-            (m["commit_ts"], m["pos"], m["op"], m["before"], m["after"]) for m in subscriber.messages
-        ]
-        assert published == [(e["commit_ts"], e["pos"], e["op"], e["before"], e["after"]) for e in slots]
-        assert all(m["keys"] for m in subscriber.messages)
-    finally:
-        subscriber.close()
-        pipe.cleanup()
-        client.delete(f"{p}:stream:load_orders", f"{p}:stream:load_slots")
