@@ -4,7 +4,8 @@ Reads docker-compose.yml, starts the local stand-ins of its servers and every
 project service's own command as a local process in depends_on order, and
 exits with the status of the file's own ``verify`` command (0: the downstream
 equals the upstream). ``--scrape FILE`` writes, before stopping, the
-``/metrics`` text of every target deploy/prometheus.yml scrapes that runs here.
+``/metrics`` text of every Prometheus target that runs here, and what the
+local Prometheus says of its targets and of every query of the dashboards.
 """
 
 from __future__ import annotations
@@ -41,7 +42,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--run-dir", type=Path, default=None, help="logs, configs, volumes (default: a temp dir)"
     )
     parser.add_argument("--keep", action="store_true", help="keep the run folder")
-    parser.add_argument("--scrape", type=Path, default=None, help="write the scraped /metrics here (JSON)")
+    parser.add_argument(
+        "--scrape",
+        type=Path,
+        default=None,
+        help="write metrics, targets and dashboard query results here (JSON)",
+    )
     parser.add_argument("--timeout", type=float, default=240.0, help="longest wait for one service")
     return parser.parse_args(argv)
 
@@ -68,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         status = run.execute(infra)
         if args.scrape:
-            args.scrape.write_text(json.dumps(run.scrape(ROOT / "deploy" / "prometheus.yml"), indent=1))
+            args.scrape.write_text(json.dumps(run.report(), indent=1))
     except RuntimeError as exc:
         run.say(f"failed: {exc}")
     finally:

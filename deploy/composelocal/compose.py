@@ -27,6 +27,7 @@ LOCAL_KINDS = {
     "apache/kafka": "kafka",
     "redis": "redis",
     "quay.io/coreos/etcd": "etcd",
+    "prom/prometheus": "prometheus",  # Debian's prometheus (composelocal.observe)
 }
 
 

@@ -6,8 +6,9 @@ Project services (those the file builds from the Dockerfile) run their own
 when they are up, and a one-shot service (``restart: "no"``) must exit 0
 before what depends on it starts. Third-party images with a local stand-in
 (MariaDB for mariadb/mysql, the Tansu broker for apache/kafka, Redis, etcd)
-are started by :mod:`composelocal.infra`; the others (Schema Registry,
-Prometheus, Grafana, TiDB) cannot run here and are skipped, and the
+are started by :mod:`composelocal.infra`, Prometheus by
+:mod:`composelocal.observe`; the others (Schema Registry, Grafana, TiDB)
+cannot run here and are skipped, and the
 interpolation environment (:data:`LOCAL_ENV`) makes the file do without them.
 """
 
@@ -19,16 +20,15 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import yaml
+from typing import Any
 
 from composelocal.compose import ComposeFile, Service, start_order
 from composelocal.infra import LocalServices
-from composelocal.remap import HOST_PORT, PortMap, Rewriter
+from composelocal.observe import LocalPrometheus, prometheus_binary, report
+from composelocal.remap import PortMap, Rewriter
 
 # What the file reads from the environment, as a local run sets it: the local servers have no
 # passwords, and with no Schema Registry the Kafka drainer uses single-object encoding.
@@ -65,6 +65,7 @@ class LocalRun:
     say: Callable[[str], None] = lambda line: print(f"compose-local: {line}", file=sys.stderr, flush=True)
     ports: PortMap = field(default_factory=PortMap)
     running: dict[str, Running] = field(default_factory=dict)
+    prometheus: LocalPrometheus | None = None
 
     def local_services(self) -> list[str]:
         """The services this run starts, in start order."""
@@ -86,12 +87,16 @@ class LocalRun:
         self.ports.services = frozenset(names)
         for name in names:
             service = self.compose.services[name]
-            if service.local_kind:
+            if service.local_kind == "prometheus":
+                self.ports.assign(name, service.expose)
+            elif service.local_kind:
                 port = infra.start(service.local_kind)
                 self.ports.ports[(name, KIND_PORT[service.local_kind])] = port
                 self.say(f"{name}: local {service.local_kind} on 127.0.0.1:{port}")
             else:
                 self.ports.assign(name, service.expose)
+        if "prometheus" in names:
+            self.prometheus = self._start_prometheus(self.compose.services["prometheus"])
         pending = [n for n in names if self.compose.services[n].is_project]
         while "verify" not in self.running or self.running["verify"].status is None:
             for name in [n for n in pending if self._ready(self.compose.services[n])]:
@@ -102,6 +107,25 @@ class LocalRun:
             time.sleep(HEALTH_POLL)
         sys.stdout.write(self.running["verify"].log.read_text())
         return int(self.running["verify"].status or 0)
+
+    def _start_prometheus(self, service: Service) -> LocalPrometheus | None:
+        binary = prometheus_binary()
+        if binary is None:
+            self.say("prometheus: not installed (Debian package prometheus); not run here")
+            return None
+        port = self.ports.local(service.name, 9090)
+        log = self.run_dir / "logs" / f"{service.name}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        prometheus = LocalPrometheus(binary, self.rewriter(service), port or 0, log)
+        self.say(f"prometheus: {binary} on {prometheus.url}")
+        return prometheus
+
+    def report(self) -> dict[str, Any]:
+        """What ``--scrape`` writes: :func:`composelocal.observe.report`, and which service each
+        local address stands for."""
+        result = report(self.compose, self.ports, self.prometheus)
+        result["instances"] = {f"127.0.0.1:{p}": f"{n}:{c}" for (n, c), p in self.ports.ports.items()}
+        return result
 
     def _ready(self, service: Service) -> bool:
         """Whether every dependency of ``service`` that runs here meets its condition."""
@@ -200,27 +224,12 @@ class LocalRun:
         base.update(PYTHONUNBUFFERED="1", PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
         return {**base, **rewriter.environment(service.environment)}
 
-    def scrape(self, prometheus_config: Path) -> dict[str, dict[str, str]]:
-        """``{job: {target: /metrics text}}`` for every target of ``prometheus_config`` running here."""
-        config = yaml.safe_load(prometheus_config.read_text())
-        scraped: dict[str, dict[str, str]] = {}
-        for job in config.get("scrape_configs", []):
-            path = job.get("metrics_path", "/metrics")
-            for group in job.get("static_configs", []):
-                for target in group.get("targets", []):
-                    match = HOST_PORT.fullmatch(target)
-                    port = match and self.ports.local(match.group(1), int(match.group(2)))
-                    if not port:
-                        continue
-                    url = f"http://127.0.0.1:{port}{path}"
-                    with urllib.request.urlopen(url, timeout=10) as reply:
-                        scraped.setdefault(job["job_name"], {})[target] = reply.read().decode()
-        return scraped
-
     def stop(self) -> None:
         """SIGTERM every long-running process, newest first; SIGKILL what is left after 20 s."""
         for running in reversed(self.running.values()):
             _stop(running.process, 20)
+        if self.prometheus is not None:
+            self.prometheus.stop()
 
 
 def _stop(process: subprocess.Popen[bytes], grace: float) -> None:
