@@ -6,6 +6,7 @@ outage of a private redis-server, the checkpoint mirror. Each test uses a key pr
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +23,7 @@ from bridge.sink.errors import SinkApplyError, SinkUnavailable
 from bridge.sink.events import Event, ResolvedEvent
 from drainer.sinks.redis import RedisSink
 from tests.support.redis_server import RedisServer, ddl, delete, insert, next_ts, txn, update
+from tests.support.tls import self_signed_cert
 
 pytestmark = pytest.mark.redis
 
@@ -325,4 +327,39 @@ def test_an_outage_fails_the_flush_and_the_rewritten_events_apply_after_it(
         assert {k.decode() for k in harness.client.keys(f"{p}*")} == set()
     finally:
         sink.close()
+        server.kill()
+
+
+def test_tls_with_a_client_certificate_and_a_password_from_the_environment(
+    tmp_path: Path, unique_name: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    cert, key = self_signed_cert(tmp_path)
+    secret = f"pw-{unique_name}"
+    server = RedisServer(tmp_path / "redis", tls=(cert, key), password=secret)
+    server.start()
+    sink: RedisSink | None = None
+    try:
+        monkeypatch.setenv("BRIDGE_REDIS_PASSWORD", secret)
+        url = f"rediss://127.0.0.1:{server.port}/0"
+        tls = {"tls-ca-file": str(cert), "tls-cert-file": str(cert), "tls-key-file": str(key)}
+        harness = Harness(url, unique_name, tmp_path)
+        harness.client = server.client()
+        caplog.set_level(logging.INFO)
+        sink = harness.open(user_rules(unique_name), **tls)
+        harness.client.set(f"{unique_name}:user:1", "cached")
+        ts = next_ts()
+        assert harness.apply([txn(ts, [delete(harness.users, 1, None, None)])]) == ts
+        assert not harness.client.exists(f"{unique_name}:user:1")
+        assert "rediss://127.0.0.1" in caplog.text and secret not in caplog.text
+        sink.close()
+
+        monkeypatch.setenv("BRIDGE_REDIS_PASSWORD", "wrong")
+        with pytest.raises(SinkApplyError, match="refused the credentials") as raised:
+            harness.open(user_rules(unique_name), **tls)
+        assert "wrong" not in str(raised.value) and secret not in str(raised.value)
+        with pytest.raises(SinkUnavailable):  # no client certificate: the handshake fails (retried)
+            harness.open(user_rules(unique_name), password=secret, **{"tls-ca-file": str(cert)})
+    finally:
+        if sink is not None:
+            sink.close()
         server.kill()

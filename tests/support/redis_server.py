@@ -7,6 +7,7 @@ import itertools
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -19,10 +20,21 @@ class RedisServer:
     """``redis-server`` as a child process on a fixed port across restarts. ``persistent``: an
     append-only file fsynced on every write, so a stop and start keeps the keys."""
 
-    def __init__(self, workdir: Path, port: int | None = None, persistent: bool = False) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        port: int | None = None,
+        persistent: bool = False,
+        tls: tuple[Path, Path] | None = None,
+        password: str = "",
+    ) -> None:
+        """``tls``: (certificate, key) — TLS only, the certificate also the CA clients must present
+        a certificate of; ``password``: requirepass."""
         self.workdir = workdir
         self.port = port or free_port()
         self.persistent = persistent
+        self.tls = tls
+        self.password = password
         self.child: ChildProcess | None = None
         self.starts = 0
 
@@ -35,7 +47,25 @@ class RedisServer:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.starts += 1
         aof = ["yes", "--appendfsync", "always"] if self.persistent else ["no"]
-        argv = [binary, "--bind", "127.0.0.1", "--port", str(self.port), "--save", "", "--appendonly", *aof,
+        ports = ["--port", str(self.port)]
+        if self.tls is not None:
+            cert, key = self.tls
+            ports = [
+                "--port",
+                "0",
+                "--tls-port",
+                str(self.port),
+                "--tls-cert-file",
+                str(cert),
+                "--tls-key-file",
+                str(key),
+                "--tls-ca-cert-file",
+                str(cert),
+                "--tls-auth-clients",
+                "yes",
+            ]
+        auth = ["--requirepass", self.password] if self.password else []
+        argv = [binary, "--bind", "127.0.0.1", *ports, *auth, "--save", "", "--appendonly", *aof,
                 "--dir", str(self.workdir)]  # fmt: skip
         self.child = ChildProcess(argv, self.workdir / f"redis.{self.starts}.log")
         self.child.wait_for_line(r"Ready to accept connections", timeout=30)
@@ -52,14 +82,19 @@ class RedisServer:
             self.child = None
 
     def kill(self) -> None:
-        """SIGKILL: connections drop at once; nothing of the data survives (no persistence)."""
+        """SIGKILL: connections drop at once (without ``persistent``, the keys are lost)."""
         if self.child is not None:
             self.child.kill()
             self.child.stop()
             self.child = None
 
     def client(self) -> redis.Redis:
-        return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=10)
+        tls: dict[str, Any] = {}
+        if self.tls is not None:
+            cert, key = self.tls
+            tls = {"ssl": True, "ssl_ca_certs": str(cert), "ssl_certfile": str(cert), "ssl_keyfile": str(key)}
+        password = self.password or None
+        return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=10, password=password, **tls)
 
 
 _TS = itertools.count(1_000_000)
