@@ -363,3 +363,24 @@ def test_tls_with_a_client_certificate_and_a_password_from_the_environment(
         if sink is not None:
             sink.close()
         server.kill()
+
+
+def test_a_unix_socket_url_with_a_database_number(tmp_path: Path, unique_name: str) -> None:
+    socket_path = tmp_path / "redis.sock"
+    server = RedisServer(tmp_path / "redis", unix_socket=socket_path)
+    server.start()
+    sink: RedisSink | None = None
+    try:
+        harness = Harness(f"unix://{socket_path}?db=3", unique_name, tmp_path)
+        harness.client = redis.Redis(unix_socket_path=str(socket_path), db=3)
+        sink = harness.open(user_rules(unique_name))
+        harness.client.set(f"{unique_name}:user:1", "cached")
+        server.client().set(f"{unique_name}:user:1", "db 0 is not the sink's")
+        ts = next_ts()
+        assert harness.apply([txn(ts, [delete(harness.users, 1, None, None)])]) == ts
+        assert not harness.client.exists(f"{unique_name}:user:1")
+        assert server.client().exists(f"{unique_name}:user:1")
+    finally:
+        if sink is not None:
+            sink.close()
+        server.kill()

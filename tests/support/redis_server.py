@@ -27,14 +27,16 @@ class RedisServer:
         persistent: bool = False,
         tls: tuple[Path, Path] | None = None,
         password: str = "",
+        unix_socket: Path | None = None,
     ) -> None:
         """``tls``: (certificate, key) — TLS only, the certificate also the CA clients must present
-        a certificate of; ``password``: requirepass."""
+        a certificate of; ``password``: requirepass; ``unix_socket``: also listen there."""
         self.workdir = workdir
         self.port = port or free_port()
         self.persistent = persistent
         self.tls = tls
         self.password = password
+        self.unix_socket = unix_socket
         self.child: ChildProcess | None = None
         self.starts = 0
 
@@ -65,6 +67,8 @@ class RedisServer:
                 "yes",
             ]
         auth = ["--requirepass", self.password] if self.password else []
+        if self.unix_socket is not None:
+            auth += ["--unixsocket", str(self.unix_socket)]
         argv = [binary, "--bind", "127.0.0.1", *ports, *auth, "--save", "", "--appendonly", *aof,
                 "--dir", str(self.workdir)]  # fmt: skip
         self.child = ChildProcess(argv, self.workdir / f"redis.{self.starts}.log")
