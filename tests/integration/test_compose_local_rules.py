@@ -1,0 +1,72 @@
+"""The rules scripts/compose-local reads the compose file by: interpolation and the local rewrite."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "deploy"))
+
+from composelocal.commands import simple_commands  # noqa: E402
+from composelocal.compose import ComposeError, interpolate  # noqa: E402
+from composelocal.remap import PortMap, Rewriter  # noqa: E402
+
+
+@pytest.mark.parametrize(
+    ("text", "env", "expected"),
+    [
+        ("${A-x}", {}, "x"),
+        ("${A-x}", {"A": ""}, ""),  # '-': only an unset variable takes the default
+        ("${A:-x}", {"A": ""}, "x"),  # ':-': an empty one too
+        ("${A?gone}", {"A": ""}, ""),
+        ("$$(seq 3) $A", {"A": "v"}, "$(seq 3) v"),
+        ("u=${A}@h", {"A": "me"}, "u=me@h"),
+    ],
+)
+def test_interpolation_follows_compose(text: str, env: dict[str, str], expected: str) -> None:
+    assert interpolate(text, env) == expected
+
+
+def test_a_required_variable_names_itself_when_unset() -> None:
+    with pytest.raises(ComposeError, match="A is required: set A"):
+        interpolate("${A?set A}", {})
+    with pytest.raises(ComposeError, match="A is required"):
+        interpolate("${A:?set A}", {"A": ""})
+
+
+def rewriter() -> Rewriter:
+    mapped = {
+        ("meta", 8248): 41000,
+        ("pump-1", 8250): 41001,
+        ("pump-1", 8251): 41002,
+        ("spark-master", 7077): 41003,
+    }
+    ports = PortMap(mapped, frozenset({"meta", "pump-1", "spark-master"}))
+    return Rewriter("pump-1", ports, {"/etc/bridge/pump.toml": "/run/pump.toml", "/var/lib/bridge": "/run/v"})
+
+
+def test_hosts_ports_and_paths_become_local() -> None:
+    local = rewriter()
+    assert local.text('addr = "0.0.0.0:8250"\nmeta = "meta:8248"') == (
+        'addr = "127.0.0.1:41001"\nmeta = "127.0.0.1:41000"'
+    )
+    assert local.text("http://127.0.0.1:8251/status") == "http://127.0.0.1:41002/status"
+    assert local.text('data-dir = "/var/lib/bridge/pump"') == 'data-dir = "/run/v/pump"'
+    assert local.text("schema-registry:8081 unknown:9") == "schema-registry:8081 unknown:9"  # not run here
+    assert local.argv(["--config", "/etc/bridge/pump.toml", "--port", "8250", "--host", "meta", "meta"]) == [
+        "--config", "/run/pump.toml", "--port", "41001", "--host", "127.0.0.1", "meta",
+    ]  # fmt: skip
+    assert local.text('"spark.ui.port" = "8251"') == '"spark.ui.port" = "41002"'
+
+
+def test_shell_scripts_split_into_simple_commands() -> None:
+    script = "for i in $(seq 2); do binlog-bridge diff --quiet > /dev/null 2>&1 && break; sleep 2; done;"
+    script += " x | grep ."
+    assert simple_commands(["sh", "-ec", script]) == [
+        ["i", "in", "$(seq", "2)"], ["binlog-bridge", "diff", "--quiet"], ["break"], ["sleep", "2"], ["x"],
+        ["grep", "."],
+    ]  # fmt: skip
+    assert simple_commands(["binlog-bridge", "meta"]) == [["binlog-bridge", "meta"]]
