@@ -47,7 +47,7 @@ from drainer.sinks.redis.client import Client, new_client
 from drainer.sinks.redis.config import load_config, safe_url
 from drainer.sinks.redis.ddl import stale_keys
 from drainer.sinks.redis.metrics import RedisMetrics, metrics_for
-from drainer.sinks.redis.modes import Change, ModeWriter, TablePlan, invalidation_keys
+from drainer.sinks.redis.modes import Change, ModeWriter, TablePlan
 from drainer.sinks.redis.pipeline import Delivery, Origin, client_failure
 from drainer.sinks.redis.render import dumps
 from drainer.sinks.redis.rules import KeyRenderer, Rules
@@ -222,7 +222,7 @@ class RedisSink(Sink):
                 continue
             if fast:
                 if row.kind != "update" or row.before != row.after:  # an equal update changes nothing
-                    keys += invalidation_keys(plan.rules, row)
+                    plan.invalidator(row, keys)
                     if len(keys) >= limit:
                         self._invalidate(keys, event.commit_ts, plan)
                         delivery.send()  # a large transaction: its position moves only at its end
