@@ -52,7 +52,14 @@ class TablePlan:
     columns: tuple[str, ...]
     pk: tuple[int, ...]
     rules: tuple[TableRule, ...]
+    # every rule only invalidates: the changes take the invalidator's fast path
+    invalidate_only: bool = field(init=False, compare=False)
     invalidator: Invalidator = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        only = all(rule.rule.config.modes == ["invalidate"] for rule in self.rules)
+        object.__setattr__(self, "invalidate_only", only)
+        object.__setattr__(self, "invalidator", invalidator(self.rules))
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "invalidator", invalidator(self.rules))
