@@ -61,14 +61,6 @@ class TablePlan:
         object.__setattr__(self, "invalidate_only", only)
         object.__setattr__(self, "invalidator", invalidator(self.rules))
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "invalidator", invalidator(self.rules))
-
-    @property
-    def invalidate_only(self) -> bool:
-        """Every rule only invalidates: the changes take :func:`invalidation_keys`' fast path."""
-        return all(rule.rule.config.modes == ["invalidate"] for rule in self.rules)
-
 
 @dataclass
 class Change:
