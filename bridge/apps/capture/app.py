@@ -34,6 +34,7 @@ from bridge.apps.capture.config import CaptureFile
 from bridge.apps.capture.emitter import Emitter
 from bridge.apps.capture.errors import PositionLost
 from bridge.apps.capture.journal import Journal
+from bridge.apps.capture.pipeline import WriteBehind
 from bridge.apps.capture.position import Position
 from bridge.apps.capture.snapshot import Snapshot
 from bridge.apps.capture.status import StatusServer
@@ -68,6 +69,8 @@ class CaptureApp:
         self._journal: Journal | None = None
         self._emitter: Emitter | None = None
         self._moved_at = 0.0
+        self._moved_to: Position | None = None
+        self._writer: WriteBehind  # set while streaming
 
     # ------------------------------------------------------------ control
 
@@ -81,7 +84,9 @@ class CaptureApp:
         journal = self._journal
         return {
             "state": self.state,
-            "position": self.position.to_json() if self.position else None,
+            # the position written (journaled); "read" is where the reader is, maybe ahead
+            "position": journal.state.position.to_json() if journal and journal.state.position else None,
+            "read_position": self.position.to_json() if self.position else None,
             "lag_seconds": round(self.lag, 3),
             "last_commit_ts": self._emitter.last_commit_ts if self._emitter else 0,
             "transactions": self.transactions,
@@ -162,9 +167,21 @@ class CaptureApp:
         return position
 
     def _stream(self, catalog: TableCatalog) -> None:
+        assert self._emitter is not None and self._journal is not None and self.position is not None
+        self._writer = WriteBehind(self._emitter, self._journal, self._written)
         self.state = "streaming"
-        assert self.position is not None
         log.info("capture streaming from %s", self.position.describe())
+        try:
+            self._stream_until_stopped(catalog)
+        finally:
+            self._writer.close()
+
+    def _written(self, rows: int) -> None:
+        self.transactions += 1
+        self.row_changes += rows
+        metrics.ROW_CHANGES.labels("binlog").inc(rows)
+
+    def _stream_until_stopped(self, catalog: TableCatalog) -> None:
         while not self._stopping.is_set():
             assert self.position is not None
             stream = source.open_stream(
@@ -207,14 +224,10 @@ class CaptureApp:
                 self._idle(item)
 
     def _rows(self, txn: RowsTxn) -> None:
-        assert self._emitter is not None
         self.lag = max(0.0, time.time() - txn.timestamp)
         metrics.LAG.set(self.lag)
         if txn.mutations:
-            self._emitter.rows(txn.mutations, txn.position)
-            self.transactions += 1
-            self.row_changes += txn.rows
-            metrics.ROW_CHANGES.labels("binlog").inc(txn.rows)
+            self._writer.rows(txn.mutations, txn.position, txn.rows)
             metrics.POSITION_TIME.set(txn.timestamp)
         else:
             metrics.SKIPPED.inc()
@@ -237,6 +250,7 @@ class CaptureApp:
             ddl = catalog.change_for(db, event.sql, statement, lambda: start_ts)
             return ddl.change, ddl.updates
 
+        self._writer.drain()  # the DDL's binlog follows every transaction read before it
         self._emitter.ddl(event.sql, change_for, event.position)
         txns.forget_tables()
         self.position = event.position
@@ -250,9 +264,7 @@ class CaptureApp:
 
     def _maybe_journal_move(self, position: Position, force: bool = False) -> None:
         """Journal a position reached without writing a binlog, now and then (it saves re-reading)."""
-        assert self._journal is not None
         now = time.monotonic()
-        stored = self._journal.state.position
-        if stored != position and (force or now - self._moved_at >= MOVE_EVERY_SECONDS):
-            self._journal.moved(position)
-            self._moved_at = now
+        if self._moved_to != position and (force or now - self._moved_at >= MOVE_EVERY_SECONDS):
+            self._writer.moved(position)
+            self._moved_at, self._moved_to = now, position

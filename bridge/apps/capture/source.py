@@ -172,7 +172,8 @@ def open_stream(dsn: Dsn, server_id: int, position: Position, databases: list[st
     """A blocking ``BinLogStreamReader`` positioned just after ``position``."""
     settings = {k: v for k, v in dsn.pymysql_args(database=None).items() if k != "database" and v is not None}
     kwargs: dict[str, Any] = {}
-    if position.mode == "gtid" and position.gtid:
+    by_gtid = position.mode == "gtid" and bool(position.gtid)
+    if by_gtid:
         kwargs["auto_position"] = position.gtid
     else:
         kwargs.update(resume_stream=True, log_file=position.file, log_pos=position.offset)
@@ -183,7 +184,9 @@ def open_stream(dsn: Dsn, server_id: int, position: Position, databases: list[st
         blocking=True,
         only_events=EVENTS,
         only_schemas=databases,
-        is_mariadb=position.flavor == "mariadb",
+        # the reader's MariaDB mode always starts by GTID (or at the first binlog's start): a
+        # file/offset start takes the MySQL-style request, which MariaDB serves too
+        is_mariadb=by_gtid and position.flavor == "mariadb",
         slave_heartbeat=heartbeat,
         pymysql_wrapper=_TwoConnections(),
         enable_logging=False,
