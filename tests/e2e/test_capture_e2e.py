@@ -7,12 +7,16 @@ while the capture streams, :class:`tests.support.capture_workload.SqlWorkload` r
 updates, primary-key changes, deletes, multi-statement and rolled-back transactions and DDL.
 The fault test SIGKILLs the capture five times at random points under that load and restarts
 it each time; the sink runs in normal mode, so a transaction delivered twice would fail on its
-duplicate key or leave a difference. Timeouts are hang guards only.
+duplicate key or leave a difference. The Kafka test takes the other road: a drainer with the
+kafka sink into the broker, then ``binlog-bridge consume --apply`` into SQLite files, diffed
+against the source the same way. Timeouts are hang guards only.
 """
 
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -115,3 +119,46 @@ def test_capture_sigkilled_five_times_under_load(pipeline: Pipeline) -> None:
         workload.stop()
     pipeline.assert_replicated()
     assert pipeline.capture.stop() == 0
+
+
+@pytest.mark.kafka
+def test_capture_through_the_kafka_sink_and_consume_apply(
+    source: MariaDBInstance, unique_name: str, tmp_path: Path, kafka_bootstrap: str
+) -> None:
+    db = f"cap_{unique_name}"
+    create_tables(source, db, 500)
+    kafka = {"bootstrap-servers": kafka_bootstrap, "prefix": unique_name, "resolved-interval": "300ms"}
+    spec = ClusterSpec(
+        tmp_path / "cluster",
+        pumps=2,
+        sinks=("kafka",),
+        drainer_settings={"sink": {"kafka": kafka}, "resolved-interval": "300ms"},
+    )
+    cluster = Cluster(spec)
+    capture = CaptureProcess(tmp_path, source, cluster.meta_addr, [db], chunk=200)
+    try:
+        cluster.start()
+        workload = SqlWorkload(source, db, seed=9, first_id=500, ddl_every=25)
+        workload.start()
+        try:
+            capture.start()
+            time.sleep(5)  # load while streaming (not a timing assertion)
+        finally:
+            workload.stop()
+        capture.wait_caught_up(timeout=HANG_GUARD)
+        final_ts = cluster.timestamp()
+        cluster.wait_caught_up(final_ts, timeout=HANG_GUARD)
+        target = tmp_path / "replica"
+        argv = [sys.executable, "-m", "bridge.cli", "consume", "--bootstrap-servers", kafka_bootstrap]
+        argv += ["--prefix", unique_name, "--apply", f"sqlite://{target}", "--until-ts", str(final_ts)]
+        result = subprocess.run([*argv, "--idle-timeout", "60"], capture_output=True, text=True, check=False)
+        assert result.returncode == 0, f"{result.stdout}\n{result.stderr[-4000:]}"
+        report = diff(f"{source.dsn}{db}", f"sqlite://{target}")
+        names = {table.name.split(".", 1)[1] for table in report.tables}
+        assert {"items", "logs"} <= names, report.lines()
+        assert report.equal, "\n".join(report.lines())
+        assert capture.stop() == 0
+    finally:
+        capture.kill()
+        cluster.stop()
+        source.drop_database(db)
