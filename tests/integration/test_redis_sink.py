@@ -275,8 +275,13 @@ def test_truncate_deletes_the_tables_keys_by_scan_and_nothing_else(harness: Harn
     p, users = harness.prefix, harness.users
     harness.open([{"db": p, "table": "users", "keys": [f"{p}:user:{{id}}"]}])
     harness.seed(*(f"{p}:user:{i}" for i in range(3000)), f"{p}:other:1", f"{p}:user")
+    raw = redis.Redis.from_url(harness.url)
+    not_utf8 = f"{p}:user:".encode() + b"\xff\xfe"
+    raw.set(not_utf8, "a key SCAN finds that is not UTF-8")
     assert harness.apply([ddl(next_ts(), Change.TRUNCATE_TABLE, users, users, "TRUNCATE users")]) > 0
     assert harness.keys() == {f"{p}:other:1", f"{p}:user"}
+    assert not raw.exists(not_utf8)
+    raw.close()
 
 
 def test_a_refused_command_names_table_and_commit_ts_and_stops(harness: Harness) -> None:

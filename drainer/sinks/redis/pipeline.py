@@ -39,6 +39,7 @@ from drainer.sinks.redis.client import Client
 from drainer.sinks.redis.metrics import RedisMetrics
 
 Command = tuple[object, ...]
+Key = str | bytes  # bytes: keys found by SCAN, sent back as they came (they need not be UTF-8)
 
 # Reply errors that say "not now" rather than "never": the flush fails and is retried.
 _RETRIABLE_REPLIES = ("LOADING", "BUSY", "OOM", "READONLY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN",
@@ -79,14 +80,14 @@ class Delivery:
         self._since = 0.0  # when the oldest waiting command was queued
         self._commands: list[Command] = []
         self._origins: list[Origin] = []
-        self._run: list[str] = []  # consecutive keys to delete, not yet made into commands
+        self._run: list[Key] = []  # consecutive keys to delete, not yet made into commands
         self._run_origin = Origin(0, "", "")
         self._keys: collections.Counter[str] = collections.Counter()  # keys by mode, counted on success
         self._messages: collections.Counter[str] = collections.Counter()
 
     # -- queueing -------------------------------------------------------------
 
-    def delete(self, keys: Iterable[str], origin: Origin) -> None:
+    def delete(self, keys: Iterable[Key], origin: Origin) -> None:
         """Queue the deletion of ``keys`` (merged with the deletions queued just before)."""
         run = self._run
         before = len(run)
@@ -240,11 +241,11 @@ def client_failure(exc: BaseException, where: str, metrics: RedisMetrics) -> Sin
     return SinkUnavailable(f"redis sink: {where}: {text}")
 
 
-def _by_slot(keys: list[str]) -> list[list[str]]:
+def _by_slot(keys: list[Key]) -> list[list[Key]]:
     """``keys`` grouped by cluster hash slot, each group in the order given."""
-    groups: dict[int, list[str]] = {}
+    groups: dict[int, list[Key]] = {}
     for key in keys:
-        groups.setdefault(key_slot(key.encode()), []).append(key)
+        groups.setdefault(key_slot(key if isinstance(key, bytes) else key.encode()), []).append(key)
     return list(groups.values())
 
 

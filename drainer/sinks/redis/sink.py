@@ -282,7 +282,7 @@ class RedisSink(Sink):
         deleted = 0
         for pattern in patterns:
             for key in delivery.scan(pattern):
-                delivery.delete([key.decode("utf-8", "surrogateescape")], origin)
+                delivery.delete([key], origin)
                 deleted += 1
                 if delivery.size >= delivery.batch_commands:
                     delivery.send()
