@@ -128,40 +128,38 @@ def measure_sink(args: argparse.Namespace, txns: Sequence[TxnEvent], prefix: str
     return rate
 
 
-def measure_ceiling(args: argparse.Namespace, keys: Sequence[str], prefix: str, client: redis.Redis,
-                    batch_commands: int, del_batch_keys: int) -> float:  # fmt: skip
-    """Keys/s of a bare client's pipelined UNLINKs of the same keys, batched as the sink batches."""
+def measure_bare(keys: Sequence[str], prefix: str, client: redis.Redis, what: str,
+                 queue: Callable[[Any, Sequence[str]], None], batch_commands: int) -> float:  # fmt: skip
+    """Keys/s of a bare client deleting ``keys``: ``queue(pipeline, batch)`` puts the commands of each
+    ``batch_commands`` keys in a non-transactional pipeline, executed once per batch."""
     fill(client, keys)
     began = time.perf_counter()
     for start in range(0, len(keys), batch_commands):
         pipe = client.pipeline(transaction=False)
-        batch = keys[start : start + batch_commands]
-        for chunk in range(0, len(batch), del_batch_keys):
-            pipe.execute_command("UNLINK", *batch[chunk : chunk + del_batch_keys])  # type: ignore[no-untyped-call]
+        queue(pipe, keys[start : start + batch_commands])
         pipe.execute()
     elapsed = time.perf_counter() - began
     if left(client, prefix):
-        raise RuntimeError("bare client: keys survived")
+        raise RuntimeError(f"{what}: keys survived")
     rate = len(keys) / elapsed
-    progress(f"bare client: {len(keys):,} keys in {elapsed:.2f}s = {rate:,.0f} keys/s")
+    progress(f"{what}: {len(keys):,} keys in {elapsed:.2f}s = {rate:,.0f} keys/s")
     return rate
 
 
-def measure_per_key(keys: Sequence[str], prefix: str, client: redis.Redis, batch_commands: int) -> float:
-    """Keys/s of a bare client's pipelines of one DEL per key (informational)."""
-    fill(client, keys)
-    began = time.perf_counter()
-    for start in range(0, len(keys), batch_commands):
-        pipe = client.pipeline(transaction=False)
-        for key in keys[start : start + batch_commands]:
-            pipe.delete(key)
-        pipe.execute()
-    elapsed = time.perf_counter() - began
-    if left(client, prefix):
-        raise RuntimeError("bare client, one DEL per key: keys survived")
-    rate = len(keys) / elapsed
-    progress(f"bare client, one DEL per key: {len(keys):,} keys in {elapsed:.2f}s = {rate:,.0f} keys/s")
-    return rate
+def unlink_in_chunks(chunk: int) -> Callable[[Any, Sequence[str]], None]:
+    """The ceiling's commands: UNLINK of ``chunk`` keys at a time (the sink's del-batch-keys)."""
+
+    def queue(pipe: Any, batch: Sequence[str]) -> None:
+        for start in range(0, len(batch), chunk):
+            pipe.execute_command("UNLINK", *batch[start : start + chunk])
+
+    return queue
+
+
+def del_each(pipe: Any, batch: Sequence[str]) -> None:
+    """One DEL per key (informational: not what the sink does)."""
+    for key in batch:
+        pipe.delete(key)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -180,17 +178,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     keys = [f"{prefix}bench:orders:{i}" for i in range(args.rows)]
     progress(f"{len(txns):,} transactions, {len(keys):,} keys pre-built; Redis {safe_url(args.url)}")
     client = redis.Redis.from_url(args.url)
+    unlink, batch = unlink_in_chunks(defaults.del_batch_keys), defaults.batch_commands
     values, ceilings = [], []
     try:
         with tempfile.TemporaryDirectory(prefix="bench-redis-") as name:
             for _ in range(args.repeat):
-                ceilings.append(
-                    measure_ceiling(
-                        args, keys, prefix, client, defaults.batch_commands, defaults.del_batch_keys
-                    )
-                )
+                ceilings.append(measure_bare(keys, prefix, client, "bare client", unlink, batch))
                 values.append(measure_sink(args, txns, prefix, keys, client, Path(name)))
-            per_key = measure_per_key(keys, prefix, client, defaults.batch_commands)
+            per_key = measure_bare(keys, prefix, client, "bare client, one DEL per key", del_each, batch)
     finally:
         client.close()
     return result(args, values, ceilings, per_key, defaults)

@@ -10,14 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client import CollectorRegistry
 from redis.cluster import ClusterNode, RedisCluster
 
 from bridge.proto import row_pb2
-from bridge.sink.contract import SinkContext
 from bridge.sink.events import Event
 from drainer.sinks.redis import RedisSink
-from tests.integration.test_redis_sink import users_table
+from tests.integration.test_redis_sink import Harness
 from tests.support.redis_server import ddl, delete, insert, next_ts, txn, update
 
 pytestmark = pytest.mark.redis
@@ -25,36 +23,27 @@ pytestmark = pytest.mark.redis
 Change = row_pb2.SchemaChange
 
 
-class ClusterHarness:
+class ClusterHarness(Harness):
+    """:class:`Harness` on the local Redis Cluster."""
+
     def __init__(self, nodes: list[str], prefix: str, tmp_path: Path) -> None:
+        super().__init__(f"redis://{nodes[0]}/0", prefix, tmp_path)
         self.nodes = nodes
-        self.prefix = prefix
-        self.tmp_path = tmp_path
+        self.client.close()
         startup = [ClusterNode(*node.rsplit(":", 1)) for node in nodes]
-        self.client = RedisCluster(startup_nodes=startup, decode_responses=True)
-        self.users = users_table(prefix)
-        self.sink: RedisSink | None = None
+        self.client = RedisCluster(startup_nodes=startup, decode_responses=True)  # type: ignore[assignment]
 
-    def open(self, rules: list[dict[str, Any]]) -> RedisSink:
-        config = {"url": f"redis://{self.nodes[0]}/0", "cluster": True, "cluster-nodes": self.nodes[1:],
-                  "rules": rules, "del-batch-keys": 64}  # fmt: skip
-        self.sink = RedisSink(config, self.tmp_path)
-        self.sink.open(SinkContext(resume_ts=1, tables=(self.users,), metrics_registry=CollectorRegistry()))
-        return self.sink
+    def open(  # type: ignore[override]
+        self, rules: list[dict[str, Any]], tables: tuple[row_pb2.TableSchema, ...] = (), **settings: Any
+    ) -> RedisSink:
+        cluster = {"cluster": True, "cluster-nodes": self.nodes[1:], "del-batch-keys": 64}
+        return super().open(rules, tables, **cluster, **settings)
 
-    def keys(self) -> set[str]:
-        return set(self.client.scan_iter(match=f"{self.prefix}*", count=1000))
-
-    def seed(self, keys: list[str]) -> None:
+    def seed(self, *keys: str) -> None:
         pipe = self.client.pipeline()
         for key in keys:
             pipe.set(key, "cached")
         pipe.execute()
-
-    def apply(self, events: list[Event]) -> int:
-        assert self.sink is not None
-        self.sink.write(events)
-        return self.sink.flush()
 
     def close(self) -> None:
         if self.sink is not None:
@@ -74,7 +63,7 @@ def cluster(redis_cluster_nodes: list[str], unique_name: str, tmp_path: Path) ->
 def test_invalidation_across_every_node_is_exact(cluster: ClusterHarness) -> None:
     p, users = cluster.prefix, cluster.users
     cluster.open([{"db": p, "table": "users", "keys": [f"{p}:user:{{id}}", f"{p}:email:{{email}}"]}])
-    cluster.seed([f"{p}:user:{i}" for i in range(3000)] + [f"{p}:email:{i}@x" for i in range(3000)])
+    cluster.seed(*[f"{p}:user:{i}" for i in range(3000)], *[f"{p}:email:{i}@x" for i in range(3000)])
     slots = {cluster.client.keyslot(f"{p}:user:{i}") for i in range(3000)}
     nodes = {cluster.client.get_node_from_key(f"{p}:user:{i}").name for i in range(3000)}
     assert len(nodes) == len(cluster.nodes) and len(slots) > 1000
@@ -95,7 +84,7 @@ def test_invalidation_across_every_node_is_exact(cluster: ClusterHarness) -> Non
 def test_truncate_scans_every_master(cluster: ClusterHarness) -> None:
     p, users = cluster.prefix, cluster.users
     cluster.open([{"db": p, "table": "users", "keys": [f"{p}:user:{{id}}"]}])
-    cluster.seed([f"{p}:user:{i}" for i in range(500)] + [f"{p}:keep:{i}" for i in range(50)])
+    cluster.seed(*[f"{p}:user:{i}" for i in range(500)], *[f"{p}:keep:{i}" for i in range(50)])
     cluster.apply([ddl(next_ts(), Change.TRUNCATE_TABLE, users, users, "TRUNCATE users")])
     assert cluster.keys() == {f"{p}:keep:{i}" for i in range(50)}
 

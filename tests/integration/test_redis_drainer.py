@@ -5,44 +5,22 @@ fix; with the rule fixed, the drainer resumes before the DDL and invalidates wha
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import redis
 
 from bridge.proto import row_pb2
+from tests.integration.test_drainer_faults import meta_addr, producer, pumps
 from tests.support.drainer_cluster import DrainerProcess, Producer, table
-from tests.support.process import ChildProcess
-from tests.support.pump_server import PumpProcess, start_meta
+from tests.support.pump_server import PumpProcess
 
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(300)]
 
 T = row_pb2.ColumnType
 
 
-@pytest.fixture
-def meta_addr(tmp_path: Path, children: list[ChildProcess]) -> str:
-    child, addr = start_meta(tmp_path)
-    children.append(child)
-    return addr
-
-
-@pytest.fixture
-def pumps(tmp_path: Path, meta_addr: str) -> Iterator[list[PumpProcess]]:
-    started = [PumpProcess(tmp_path, meta_addr, node_id=f"pump-{i}") for i in range(2)]
-    for pump in started:
-        pump.start()
-    yield started
-    for pump in started:
-        pump.kill()
-
-
-@pytest.fixture
-def producer(meta_addr: str) -> Iterator[Producer]:
-    producer = Producer(meta_addr)
-    yield producer
-    producer.close()
+__all__ = ["meta_addr", "producer", "pumps"]  # fixtures of tests/integration/test_drainer_faults.py
 
 
 def sink_tables(url: str, prefix: str, templates: list[str]) -> str:
