@@ -32,8 +32,11 @@ ENV PATH=/opt/bridge/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1
 COPY --from=wheel /dist /dist
 RUN python -m venv /opt/bridge && /opt/bridge/bin/pip install --no-cache-dir /dist/*.whl && rm -rf /dist
-# Data lives under /var/lib/bridge (the compose file mounts a named volume there per service).
-RUN useradd --system --uid 10001 --home-dir /var/lib/bridge --create-home bridge
+# Data lives under /var/lib/bridge (the compose file mounts a named volume there per service;
+# verify mounts the index job's volume at /var/lib/bridge/index). Both exist in the image, owned
+# by the user, so a new volume mounted on either takes that owner.
+RUN useradd --system --uid 10001 --home-dir /var/lib/bridge --create-home bridge \
+    && install -d -o bridge -g bridge /var/lib/bridge/index
 USER bridge
 WORKDIR /var/lib/bridge
 CMD ["binlog-bridge", "--help"]
