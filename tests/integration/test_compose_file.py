@@ -8,6 +8,7 @@ Prometheus and Grafana files pointing at services that exist.
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -198,3 +199,18 @@ def test_verify_runs_diff_and_a_search(compose: ComposeFile) -> None:
     programs = [c[:2] for c in simple_commands(compose.services["verify"].command)]
     assert ["binlog-bridge", "diff"] in programs
     assert ["python", "-m"] in programs
+
+
+def test_the_dashboard_reads_the_provisioned_data_source() -> None:
+    datasources = yaml.safe_load(
+        (ROOT / "deploy/grafana/provisioning/datasources/prometheus.yml").read_text()
+    )
+    uid = datasources["datasources"][0]["uid"]
+    dashboard = json.loads((ROOT / "deploy/grafana/dashboards/binlog-bridge.json").read_text())
+    panels = dashboard["panels"]
+    assert len({p["id"] for p in panels}) == len(panels)
+    queried = [p for p in panels if p["type"] != "row"]
+    assert queried and all(p["datasource"]["uid"] == uid for p in queried)
+    assert all(t["datasource"]["uid"] == uid and t["expr"] for p in queried for t in p["targets"])
+    grafana = load(COMPOSE, SAMPLE_ENV, ALL_PROFILES).services["grafana"].environment
+    assert grafana["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"].endswith(f"/{dashboard['uid']}.json")
