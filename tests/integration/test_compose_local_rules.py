@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -70,3 +72,44 @@ def test_shell_scripts_split_into_simple_commands() -> None:
         ["grep", "."],
     ]  # fmt: skip
     assert simple_commands(["binlog-bridge", "meta"]) == [["binlog-bridge", "meta"]]
+
+
+def _sqlite(path: Path, rows: list[tuple[int, str]]) -> str:
+    import sqlite3
+
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE item (id INTEGER PRIMARY KEY, name TEXT)")
+        db.executemany("INSERT INTO item VALUES (?, ?)", rows)
+    return f"sqlite:///{path}"
+
+
+@pytest.mark.parametrize(("downstream_rows", "status"), [([(1, "a"), (2, "b")], 0), ([(1, "a")], 1)])
+def test_compose_local_exits_with_verifys_status(tmp_path: Path, downstream_rows: list, status: int) -> None:
+    """A file of one service, verify: compose-local runs its command and returns what it returned."""
+    upstream = _sqlite(tmp_path / "up.db", [(1, "a"), (2, "b")])
+    downstream = _sqlite(tmp_path / "down.db", downstream_rows)
+    compose = tmp_path / "docker-compose.yml"
+    compose.write_text(
+        "services:\n  verify:\n    build: .\n    restart: 'no'\n"
+        f"    command: [binlog-bridge, diff, --upstream, '{upstream}', --downstream, '${{DOWN}}']\n"
+    )
+    env = {**os.environ, "DOWN": downstream}
+    done = subprocess.run(
+        [str(ROOT / "scripts" / "compose-local"), "--file", str(compose), "--run-dir", str(tmp_path / "run")],
+        capture_output=True, text=True, env=env, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == status, done.stderr
+    assert ("equal (1 tables" in done.stdout) == (status == 0), done.stdout
+    assert f"compose-local: verify exited {status}" in done.stderr
+
+
+def test_compose_local_names_a_required_variable_left_unset(tmp_path: Path) -> None:
+    compose = tmp_path / "docker-compose.yml"
+    compose.write_text(
+        "services:\n  verify:\n    build: .\n    command: [binlog-bridge, '${NOPE?set NOPE}']\n"
+    )
+    done = subprocess.run(
+        [str(ROOT / "scripts" / "compose-local"), "--file", str(compose)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2 and "variable NOPE is required: set NOPE" in done.stderr
