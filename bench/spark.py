@@ -31,10 +31,11 @@ import time
 import uuid
 import zlib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
 
 from bench.drainer import row_values, table_schema
 from bridge.avro import SingleObjectCodec, fingerprint_hex, source_record, table_avro
@@ -77,7 +78,7 @@ def produce(bootstrap: str, prefix: str, rows: int, updates: float, partitions: 
     inserts = max(1, int(rows * (1 - updates)))
     for i in range(rows):
         row = row_values(i if i < inserts else i % inserts)
-        op = "insert" if i < inserts else "update"
+        op: Literal["insert", "update"] = "insert" if i < inserts else "update"
         source = source_record(
             cluster_id=1, db="bench", table="orders", start_ts=compose(1_700_000_000_000 + i, 0),
             commit_ts=compose(1_700_000_000_000 + i, 1), pos=0, last=True,
@@ -121,7 +122,7 @@ def measure_loop(bootstrap: str, topic: str, rows: int, batch: int, work: Path) 
     decoder = ChangeDecoder(None, schema_topic.lookup)
     probe = kafka.EndProbe(bootstrap)
     ends = probe.ends(kafka.list_partitions(probe.consumer, [topic], False))
-    consumer = kafka.Consumer(kafka.consumer_config(bootstrap))
+    consumer = Consumer(kafka.consumer_config(bootstrap))
     pending: list[dict[str, Any]] = []
     fields = ("topic", "partition", "offset", "db", "table", "op", "key", "before", "after", "types",
               "commit_ts", "position")  # fmt: skip

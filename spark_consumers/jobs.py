@@ -129,8 +129,11 @@ class StopFlag:
 
 def progress_line(progress: dict[str, Any], stats: BatchStats | None) -> str:
     batch = progress.get("batchId")
-    rows = int(progress.get("numInputRows", 0))
-    seconds = max(progress.get("durationMs", {}).get("triggerExecution", 0) / 1000, 1e-9)
+    rows = int(progress.get("numInputRows", stats.rows if stats else 0))
+    seconds = progress.get("durationMs", {}).get("triggerExecution", 0) / 1000 or (
+        stats.seconds if stats else 0
+    )
+    seconds = max(seconds, 1e-9)
     source = (progress.get("sources") or [{}])[0]
     lag = offsets.behind(_offsets(source.get("endOffset")), _offsets(source.get("latestOffset")))
     line = (
@@ -180,7 +183,7 @@ class RunningJob:
                 if self.stop.requested and not self.handler.in_batch.is_set():
                     self.query.stop()
             self.query.awaitTermination()  # raises the query's failure, if any
-            _print_progress(self.query, self.handler, self._shown, out)
+            _print_progress(self.query, self.handler, self._shown, out, final=True)
         finally:
             self.handler.close()
         reason = "signal" if self.stop.requested else "all available data applied"
@@ -193,10 +196,16 @@ def run(spark: Any, config: JobConfig, stop: StopFlag | None = None, out: Any = 
     return RunningJob(spark, config, stop or StopFlag()).wait(out or sys.stderr)
 
 
-def _print_progress(query: Any, handler: BatchHandler, shown: set[int], out: Any) -> None:
-    for progress in query.recentProgress:
-        batch = progress.get("batchId")
-        if batch in shown or batch not in handler.stats:
+def _print_progress(
+    query: Any, handler: BatchHandler, shown: set[int], out: Any, final: bool = False
+) -> None:
+    """One line per applied batch, once Spark's progress report of it is there; at the end
+    (``final``) also for batches whose report came too late (Spark posts reports asynchronously)."""
+    reports = {p.get("batchId"): p for p in query.recentProgress}
+    for batch in sorted(handler.stats):
+        if batch in shown or (batch not in reports and not final):
             continue
         shown.add(batch)
-        print(progress_line(progress, handler.stats.get(batch)), file=out, flush=True)
+        print(
+            progress_line(reports.get(batch, {"batchId": batch}), handler.stats[batch]), file=out, flush=True
+        )

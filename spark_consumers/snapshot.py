@@ -94,8 +94,8 @@ class TableSnapshot:
         if not self.columns_path.exists():
             return {}, (-1, -1), None
         saved = json.loads(self.columns_path.read_text())
-        floor = tuple(saved["floor"]) if saved.get("floor") else None
-        return dict(saved["kinds"]), (saved["ts"], saved["pos"]), floor  # type: ignore[return-value]
+        floor: Version | None = (saved["floor"][0], saved["floor"][1]) if saved.get("floor") else None
+        return dict(saved["kinds"]), (saved["ts"], saved["pos"]), floor
 
     def _read(self, path: Path, schema: pa.Schema) -> pa.Table:
         if not path.exists():

@@ -32,7 +32,8 @@ def _live(index: tantivy.Index) -> tantivy.Query:
 
 def live_documents(index: tantivy.Index) -> int:
     index.reload()
-    return int(index.searcher().search(_live(index), limit=1, count=True).count or 0)
+    found = index.searcher().search(_live(index), limit=1, count=True)
+    return int(getattr(found, "count", 0) or 0)
 
 
 def _plain(value: Any) -> Any:

@@ -98,7 +98,8 @@ class ChangeIndex:
             ts = searcher.fast_field_values("_ts", hits)
             pos = searcher.fast_field_values("_pos", hits)
             for h, t, p in zip(found, ts, pos, strict=True):
-                out[h] = max(out.get(h, (t, p)), (t, p))
+                version = (int(t or 0), int(p or 0))
+                out[int(h or 0)] = max(out.get(int(h or 0), version), version)
         return out
 
     def floor_of(self, act: Action) -> Version | None:
@@ -118,9 +119,9 @@ class ChangeIndex:
         put = deleted = 0
         for act in batch.actions.values():
             current = held.get(id_hash(act.doc_id))
-            floor = self.floor_of(act)
+            lowest = self.floor_of(act)
             if (current is not None and current >= act.version) or (
-                floor is not None and act.version < floor
+                lowest is not None and act.version < lowest
             ):
                 continue
             if current is not None:

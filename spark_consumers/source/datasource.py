@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+from confluent_kafka import Consumer
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -145,7 +146,7 @@ class _WorkerClients:
                 options.bootstrap, schemas_topic, options.schemas_wait, options.kafka
             )
             self.decoder = ChangeDecoder(None, self.schema_topic.lookup)
-        self.consumer = kafka.Consumer(kafka.consumer_config(options.bootstrap, options.kafka))
+        self.consumer = Consumer(kafka.consumer_config(options.bootstrap, options.kafka))
 
     def close(self) -> None:
         self.consumer.close()

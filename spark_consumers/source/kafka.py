@@ -49,6 +49,9 @@ def consumer_config(bootstrap: str, extra: Mapping[str, Any] | None = None) -> d
         "auto.offset.reset": "earliest",
         "enable.partition.eof": True,
         "socket.connection.setup.timeout.ms": 10_000,
+        # a reader moves from range to range; an in-flight long-poll fetch of the previous range
+        # (librdkafka's default waits 500 ms at a partition's end) would delay every next one
+        "fetch.wait.max.ms": 20,
     }
     config.update(extra or {})
     return config
@@ -102,7 +105,7 @@ class EndProbe:
             if time.monotonic() > deadline:
                 missing = sorted(set(wanted) - set(answered))[:5]
                 raise BrokerError(f"kafka: no fetch answer for {missing} after {PROBE_TIMEOUT:g}s")
-            for message in self.consumer.consume(1000, 0.2):
+            for message in self.consumer.consume(1000, 0.05):
                 self._note(message, answered)
         for where, end in answered.items():
             self._known[where] = max(end, self._known.get(where, 0))
@@ -152,7 +155,7 @@ class SchemaTopic:
             self._consumer.assign([Partition(self.topic, 0, OFFSET_BEGINNING)])
         deadline = time.monotonic() + self.wait
         while fingerprint not in self.schemas and time.monotonic() < deadline:
-            for message in self._consumer.consume(500, 0.2):
+            for message in self._consumer.consume(500, 0.05):
                 key, value = message.key(), message.value()
                 if message.error() is None and key and value:
                     self.schemas[int.from_bytes(bytes.fromhex(key.decode("ascii")), "little")] = value.decode(
@@ -167,7 +170,8 @@ class SchemaTopic:
 
 
 def header_kind(message: Message) -> str:
-    for name, value in message.headers() or ():
+    for header in message.headers() or ():
+        name, value = header[0], header[1]
         if name == HEADER_KIND and value is not None:
             return value.decode("ascii", "replace") if isinstance(value, bytes) else str(value)
     return "row"
@@ -183,7 +187,7 @@ def read_range(
     consumer.assign([Partition(topic, partition, start)])
     idle_since = time.monotonic()
     while True:
-        messages = consumer.consume(batch, 0.2)
+        messages = consumer.consume(batch, 0.05)
         if messages:
             idle_since = time.monotonic()
         elif time.monotonic() - idle_since > PROBE_TIMEOUT:
