@@ -178,7 +178,7 @@ def _wait(port: int, child: subprocess.Popen[bytes], deadline: float, done: Any)
         with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
             if done(status(port)):
                 return time.perf_counter()
-        time.sleep(0.01)
+        time.sleep(0.05)  # the capture answers each poll: keep them rare
     raise SystemExit("bench capture: timed out (raise --timeout)")
 
 

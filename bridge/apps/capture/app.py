@@ -36,7 +36,7 @@ from bridge.apps.capture.errors import PositionLost
 from bridge.apps.capture.journal import Journal
 from bridge.apps.capture.pipeline import WriteBehind
 from bridge.apps.capture.position import Position
-from bridge.apps.capture.snapshot import Snapshot
+from bridge.apps.capture.snapshot import Snapshot, SnapshotStopped
 from bridge.apps.capture.status import StatusServer
 from bridge.apps.capture.stream import DdlEvent, Idle, RowsTxn, Transactions
 from bridge.apps.capture.tables import TableCatalog
@@ -122,7 +122,7 @@ class CaptureApp:
         except BridgeError as exc:
             self.state, self.error = "failed", str(exc)
             raise
-        except _Stop:
+        except (_Stop, SnapshotStopped):
             pass
         finally:
             source.close_quietly(conn)
@@ -147,7 +147,8 @@ class CaptureApp:
                 journal.snapshot("running")
         if state.snapshot == "running" or wanted != "never":
             self.state = "snapshot"
-            snapshot = Snapshot(self.capture.dsn(), catalog, emitter, journal, self.capture.snapshot_chunk)
+            chunk = self.capture.snapshot_chunk
+            snapshot = Snapshot(self.capture.dsn(), catalog, emitter, journal, chunk, self._stopping)
             position = snapshot.run(flavor, mode, self.capture.databases)
             self.row_changes += snapshot.rows
             return position

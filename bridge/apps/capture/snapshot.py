@@ -25,6 +25,7 @@ first attempt that the second one no longer sees do not stay downstream.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -80,12 +81,27 @@ def read_lock(session: MySQLSession, flavor: str) -> bool:
     return True
 
 
+class SnapshotStopped(Exception):
+    """The capture was told to stop during the snapshot; the next start takes it again."""
+
+
 class Snapshot:
-    """Runs the snapshot of every selected table; see the module docstring."""
+    """Runs the snapshot of every selected table; see the module docstring.
+
+    ``stopping`` is checked between chunks: once set, :meth:`run` raises
+    :class:`SnapshotStopped`.
+    """
 
     def __init__(
-        self, dsn: Dsn, catalog: TableCatalog, emitter: Emitter, journal: Journal, chunk: int
+        self,
+        dsn: Dsn,
+        catalog: TableCatalog,
+        emitter: Emitter,
+        journal: Journal,
+        chunk: int,
+        stopping: threading.Event,
     ) -> None:
+        self._stopping = stopping
         self._dsn = dsn
         self._catalog = catalog
         self._emitter = emitter
@@ -152,6 +168,8 @@ class Snapshot:
         adapters = upstream.adapters(schema)
         count = 0
         for rows in _chunks(session, schema, self._chunk):
+            if self._stopping.is_set():
+                raise SnapshotStopped
             builder = TableMutationBuilder(schema.table_id)
             for row in rows:
                 builder.insert(
