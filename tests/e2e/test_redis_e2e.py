@@ -243,7 +243,7 @@ def run_main_load(pipe: RedisPipeline, seconds: float, fault: Fault | None = Non
     summary = run_load(pipe.cluster, pipe.upstream, seconds=seconds, seed=7, fault=fault)
     mutator.join()
     assert summary["ddl"] > 3, f"no DDL during the DML: {summary}"
-    assert mutator.done == mutator.planned > 90, (mutator.done, mutator.planned)
+    assert mutator.done == mutator.planned >= 30, (mutator.done, mutator.planned)
 
 
 @pytest.fixture
