@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from bridge import binlog as B
+from bridge.proto import row_pb2
 from bridge.pumpclient import PumpsClient
 from tests.support.capture_source import CaptureProcess, model_rows, replay, source_rows
 from tests.support.mariadb_instance import MariaDBInstance
@@ -23,6 +24,8 @@ from tests.support.process import ChildProcess, free_port, run_cli
 from tests.support.pump_server import PumpProcess, start_meta
 
 pytestmark = pytest.mark.mysql
+
+Change = row_pb2.SchemaChange
 
 
 @dataclass
@@ -209,3 +212,29 @@ def test_config_errors_name_the_key(tmp_path: Path) -> None:
     result = run_cli("capture", "--config", str(config))
     assert result.returncode == 2
     assert "capture.snapshot" in result.stderr and "sometimes" in result.stderr
+
+
+def test_a_snapshot_stopped_halfway_is_taken_again_after_emptying_what_it_announced(
+    cluster: Cluster, tmp_path: Path, unique_name: str, captures: list[CaptureProcess]
+) -> None:
+    db = unique_name
+    cluster.sql("", f"CREATE DATABASE `{db}`", f"CREATE TABLE `{db}`.big (id INT PRIMARY KEY, v VARCHAR(20))")
+    for first in range(0, 6000, 1000):
+        values = ", ".join(f"({i}, 'v{i}')" for i in range(first, first + 1000))
+        cluster.sql(db, f"INSERT INTO big VALUES {values}")
+    since = cluster.now()
+    capture = CaptureProcess(tmp_path, cluster.source, cluster.meta_addr, [db], chunk=5)
+    captures.append(capture)
+    child = capture.launch()
+    child.wait_for_line("snapshot at", timeout=60)
+    assert capture.stop() == 0  # SIGTERM: stops between two chunks
+    assert "capture streaming from" not in child.output
+    cluster.sql(db, "DELETE FROM big WHERE id < 100", "UPDATE big SET v = 'later' WHERE id >= 5900")
+    capture.start()
+    assert "truncated downstream" in capture.child.output
+    capture.wait_caught_up()
+    model, binlogs = replay(cluster.meta_addr, [cluster.pump], since)
+    assert model_rows(model, db, "big") == source_rows(cluster.source, db, "big")
+    kinds = [B.read_schema_change(b).kind for b in binlogs if B.is_ddl(b)]
+    assert kinds == [Change.CREATE_TABLE, Change.TRUNCATE_TABLE]
+    assert capture.stop() == 0
