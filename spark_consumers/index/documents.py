@@ -13,7 +13,7 @@ field       tantivy type               holds
 ``_pos``    i64, stored, fast          its position in the transaction
 ``_live``   bool, indexed, fast        false: a deleted row's tombstone, kept for its version
 ``_types``  text, stored               the column kinds (``spark_consumers.decode``)
-``row``     JSON, raw, stored          every column, typed (below); filter ``row.status:paid``
+``row``     JSON, raw, stored, fast    every column, typed (below); ``row.status:paid``, ``row.n:>5``
 ``text``    text, default tokenizer    the table's text columns, for full-text search
 ==========  =========================  =================================================
 
@@ -50,7 +50,7 @@ def build_schema() -> tantivy.Schema:
     builder.add_integer_field("_pos", stored=True, indexed=False, fast=True)
     builder.add_boolean_field("_live", stored=True, indexed=True, fast=True)
     builder.add_text_field("_types", stored=True, index_option="basic", tokenizer_name="raw")
-    builder.add_json_field("row", stored=True, tokenizer_name="raw")
+    builder.add_json_field("row", stored=True, tokenizer_name="raw", fast=True)  # fast: range filters
     builder.add_text_field("text", stored=False, tokenizer_name="default")
     return builder.build()
 

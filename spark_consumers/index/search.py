@@ -72,7 +72,10 @@ def search(path: Path, text: str, table: str | None = None, limit: int = 10) -> 
     if table:
         clauses.append((tantivy.Occur.Must, tantivy.Query.term_query(index.schema, "_table", table)))
     searcher = index.searcher()
-    result = searcher.search(tantivy.Query.boolean_query(clauses), limit=limit)
+    try:
+        result = searcher.search(tantivy.Query.boolean_query(clauses), limit=limit)
+    except ValueError as exc:  # e.g. a range over a text leaf
+        raise UserError(f"query {text!r}: {exc}") from None
     return [hit(searcher.doc(addr).to_dict(), score) for score, addr in result.hits]
 
 

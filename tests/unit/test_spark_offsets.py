@@ -1,0 +1,79 @@
+"""spark_consumers.source.offsets and .kafka.select_topics, spark_consumers.config: the pure parts
+of the data source and the job settings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bridge.errors import ConfigError
+from spark_consumers.config import build_config, parse_duration
+from spark_consumers.source import offsets
+from spark_consumers.source.datasource import SourceOptions
+from spark_consumers.source.kafka import select_topics
+
+
+def test_ranges_start_new_partitions_at_zero_and_skip_empty_ones() -> None:
+    start = {"a": {"0": 5, "1": 7}}
+    end = {"a": {"0": 9, "1": 7, "2": 3}, "b": {"0": 1}}
+    assert list(offsets.ranges(start, end)) == [("a", 0, 5, 9), ("a", 2, 0, 3), ("b", 0, 0, 1)]
+    assert offsets.behind(start, end) == 4 + 3 + 1
+
+
+def test_merge_never_moves_back_and_clamp_keeps_to_the_target() -> None:
+    assert offsets.merge({"a": {"0": 9}}, {"a": {"0": 4, "1": 2}}) == {"a": {"0": 9, "1": 2}}
+    assert offsets.clamp({"a": {"0": 9, "1": 2}}, {"a": {"0": 5}}) == {"a": {"0": 5, "1": 0}}
+
+
+def test_cap_shares_the_limit_by_what_each_partition_has_waiting() -> None:
+    start = {"a": {"0": 0, "1": 0}}
+    ends = {"a": {"0": 300, "1": 100}}
+    capped = offsets.cap(start, ends, 100)
+    assert capped == {"a": {"0": 75, "1": 25}} and offsets.behind(start, capped) == 100
+    assert offsets.cap(start, ends, 1000) == ends
+    tiny = offsets.cap({"a": {"0": 0, "1": 0, "2": 0}}, {"a": {"0": 1000, "1": 1, "2": 1}}, 3)
+    assert offsets.behind({}, tiny) <= 3 and all(v >= 0 for v in tiny["a"].values())
+
+
+def test_offsets_json_errors_name_the_option() -> None:
+    assert offsets.parse_offsets('{"t": {"0": 4}}', "startingOffsets") == {"t": {"0": 4}}
+    with pytest.raises(ConfigError, match="startingOffsets"):
+        offsets.parse_offsets("[1]", "startingOffsets")
+
+
+def test_globs_select_table_topics_and_their_ddl_topic_never_the_schemas_topic() -> None:
+    names = ["b.shop.a", "b.shop.b", "b.other.c", "b._ddl", "b._schemas", "c.shop.a"]
+    assert select_topics(names, ["b.shop.*"], with_ddl=True) == ["b._ddl", "b.shop.a", "b.shop.b"]
+    assert select_topics(names, ["b.*"], with_ddl=False) == ["b.other.c", "b.shop.a", "b.shop.b"]
+
+
+def test_source_options_are_checked_by_name() -> None:
+    with pytest.raises(ConfigError, match=r"bootstrap\.servers"):
+        SourceOptions.parse({"topics": "x"})
+    parsed = SourceOptions.parse(
+        {
+            "bootstrap.servers": "k:9092",
+            "topics": "a.*, b.t",
+            "maxOffsetsPerTrigger": "50",
+            "kafka.client.id": "me",
+        }
+    )
+    assert (
+        parsed.topics == ("a.*", "b.t") and parsed.max_offsets == 50 and parsed.kafka == {"client.id": "me"}
+    )
+    assert parsed.schemas_topic_of("a.db.t") == "a._schemas"
+
+
+def test_job_config_flags_over_the_file_and_errors_name_the_key(tmp_path: Path) -> None:
+    file = {"bootstrap-servers": "k:9092", "topics": ["p.*"], "checkpoint": "/c", "index": "/i",
+            "trigger-interval": "500ms", "text-fields": {"db.t": ["title"]},
+            "spark": {"spark.x": 1}}  # fmt: skip
+    config = build_config("index", {"index": str(tmp_path), "master": "spark://m:7077"}, file)
+    assert config.output == tmp_path and config.trigger_interval == 0.5 and config.master == "spark://m:7077"
+    assert config.text_fields == {"db.t": ["title"]} and config.spark_conf == {"spark.x": "1"}
+    with pytest.raises(ConfigError, match=r"^checkpoint: required"):
+        build_config("index", {}, {**file, "checkpoint": ""})
+    with pytest.raises(ConfigError, match=r"^trigger-interval"):
+        build_config("index", {"trigger-interval": "soon"}, file)
+    assert parse_duration("2s", "k") == 2.0 and parse_duration("1m", "k") == 60.0
