@@ -46,11 +46,14 @@ from redis.cluster import ClusterNode, RedisCluster
 from bridge.apps.demo.cluster import Cluster, ClusterSpec, resolver_for
 from bridge.apps.demo.workload import LoadProcess
 from bridge.apps.diff.open import open_source
-from tests.e2e.test_pipeline import wait_for, wait_for_transactions
+from bridge.dsn import Dsn
+from tests.e2e.test_pipeline import mysql_text, mysql_upstream, wait_for, wait_for_transactions
 from tests.support.redis_mutator import Mutator
 from tests.support.redis_server import RedisServer
 
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(420)]
+
+__all__ = ["mysql_upstream"]  # a fixture of tests/e2e/test_pipeline.py, used here
 
 HANG_GUARD = 180.0
 LOAD_FLAGS = [
@@ -265,6 +268,22 @@ def test_load_invalidates_exactly_the_keys_of_changed_rows(shared: RedisPipeline
     shared.seed()
     run_main_load(shared, seconds=10)
     shared.assert_exact()
+
+
+@pytest.mark.mysql
+def test_the_same_with_a_mariadb_upstream(
+    tmp_path: Path, mysql_upstream: Dsn, redis_url: str, unique_name: str
+) -> None:
+    upstream = mysql_text(mysql_upstream)
+    pipe = RedisPipeline(tmp_path, upstream, unique_name, {"url": redis_url}, redis.Redis.from_url(redis_url))
+    try:
+        pipe.start()
+        pipe.seed()
+        assert pipe.db == mysql_upstream.database
+        run_main_load(pipe, seconds=10)
+        pipe.assert_exact()
+    finally:
+        pipe.cleanup()
 
 
 def test_the_same_against_a_redis_cluster(
