@@ -1,4 +1,5 @@
-"""The redis sink end to end, as real processes: `binlog-bridge load` (SQLite upstream; DDL during
+"""The redis sink end to end, as real processes: `binlog-bridge load` (SQLite upstream, MariaDB in one
+variant; DDL during
 DML, primary-key changes, unique-slot swaps, scratch tables created and dropped) → three pumps → a
 drainer whose only sink is redis → Redis. Every test ends by comparing Redis with the upstream.
 
