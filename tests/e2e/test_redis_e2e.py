@@ -1,7 +1,7 @@
 """The redis sink end to end, as real processes: `binlog-bridge load` (SQLite upstream, MariaDB in one
-variant; DDL during
-DML, primary-key changes, unique-slot swaps, scratch tables created and dropped) → three pumps → a
-drainer whose only sink is redis → Redis. Every test ends by comparing Redis with the upstream.
+variant; DDL during DML, primary-key changes, unique-slot swaps, scratch tables created and dropped)
+→ three pumps → a drainer whose only sink is redis → Redis. Every test ends by comparing Redis with
+the upstream.
 
 How "exactly the keys of rows that changed are gone" is derived from the upstream itself:
 
