@@ -31,7 +31,7 @@ from tests.support.pump_server import PumpProcess, pull_until
 
 CAPTURE_TOML = """\
 [capture]
-upstream = "mysql://root@127.0.0.1:{port}/?ssl-mode=disabled"
+upstream = "{upstream}"
 meta = "{meta}"
 data-dir = "{data_dir}"
 server-id = {server_id}
@@ -56,6 +56,7 @@ class CaptureProcess:
     chunk: int = 50
     extra: str = ""
     server_id: int = 4242
+    upstream: str = ""  # default: root over TCP, TLS off
     status_port: int = field(default_factory=free_port)
     child: ChildProcess | None = None
     starts: int = 0
@@ -68,7 +69,7 @@ class CaptureProcess:
         config = self.workdir / "capture.toml"
         config.write_text(
             CAPTURE_TOML.format(
-                port=self.source.port,
+                upstream=self.upstream or f"mysql://root@127.0.0.1:{self.source.port}/?ssl-mode=disabled",
                 meta=self.meta_addr,
                 data_dir=self.data_dir,
                 server_id=self.server_id,
