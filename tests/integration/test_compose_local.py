@@ -3,7 +3,8 @@
 One run of ``scripts/compose-local --profile spark`` (every project service's own command and
 configs as local processes against local MariaDB x2, the Tansu broker, Redis and etcd, the Spark
 master, worker and index job included) must end with the file's own ``verify`` reporting the
-downstream equal to the upstream and finding documents in the search index. Before it stops, the
+downstream equal to the upstream, the search index holding one document per upstream row of
+every table, and a search finding documents. Before it stops, the
 run reads every target of deploy/prometheus.yml directly and asks the compose file's Prometheus
 (run here as Debian's prometheus with the file's config) about its targets and every query of the
 Grafana dashboard: every target of a service running here is up, every query is valid and finds
@@ -73,10 +74,15 @@ def test_the_compose_topology_runs_here_and_verify_reports_equal(
     done, _ = local_run
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     summary = [line for line in done.stdout.splitlines() if line.startswith("diff mysql://")]
-    assert len(summary) == 1 and re.search(r": equal \(6 tables, \d+ upstream rows", summary[0]), done.stdout
+    equal = (
+        re.search(r": equal \((\d+) tables, (\d+) upstream rows", summary[0]) if len(summary) == 1 else None
+    )
+    assert equal is not None, done.stdout
     for service in ("meta", "pump-3", "drainer-mysql", "drainer-kafka", "drainer-redis", "spark-index"):
         assert f"compose-local: {service}: healthy" in done.stderr
     assert "not run here: schema-registry, grafana" in done.stderr
+    tables, rows = equal.groups()
+    assert f"verify-index: the index holds every upstream row: {rows} in {tables} tables" in done.stdout
     hits = [json.loads(line) for line in done.stdout.splitlines() if line.startswith('{"score"')]
     assert hits and all(hit["table"] == "shop.load_docs" and "dge" in json.dumps(hit["row"]) for hit in hits)
 
