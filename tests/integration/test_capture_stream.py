@@ -20,7 +20,7 @@ from bridge.proto import row_pb2
 from bridge.pumpclient import PumpsClient
 from tests.support.capture_source import CaptureProcess, model_rows, replay, source_rows
 from tests.support.mariadb_instance import MariaDBInstance
-from tests.support.process import ChildProcess, free_port, run_cli
+from tests.support.process import ChildProcess, free_port, run_cli, wait_until
 from tests.support.pump_server import PumpProcess, start_meta
 
 pytestmark = pytest.mark.mysql
@@ -237,4 +237,44 @@ def test_a_snapshot_stopped_halfway_is_taken_again_after_emptying_what_it_announ
     assert model_rows(model, db, "big") == source_rows(cluster.source, db, "big")
     kinds = [B.read_schema_change(b).kind for b in binlogs if B.is_ddl(b)]
     assert kinds == [Change.CREATE_TABLE, Change.TRUNCATE_TABLE]
+    assert capture.stop() == 0
+
+
+def test_a_purged_position_stops_the_capture_unless_snapshot_is_when_needed(
+    cluster: Cluster, tmp_path: Path, unique_name: str, captures: list[CaptureProcess]
+) -> None:
+    db = unique_name
+    cluster.sql("", f"CREATE DATABASE `{db}`", f"CREATE TABLE `{db}`.t (id INT PRIMARY KEY, v INT)")
+    cluster.sql(db, "INSERT INTO t VALUES (1, 1), (2, 2)")
+    since = cluster.now()
+    capture = CaptureProcess(tmp_path, cluster.source, cluster.meta_addr, [db])
+    captures.append(capture)
+    capture.start()
+    capture.wait_caught_up()
+    assert capture.stop() == 0
+    cluster.sql(db, "FLUSH BINARY LOGS", "INSERT INTO t VALUES (3, 3)", "DELETE FROM t WHERE id = 1")
+    conn = cluster.source.connect()
+    with conn.cursor() as cursor:
+        cursor.execute("FLUSH BINARY LOGS")
+        cursor.execute("SHOW MASTER STATUS")
+        current = cursor.fetchone()[0]
+
+        def purged() -> bool:  # the server keeps a file a lingering dump thread still reads
+            cursor.execute(f"PURGE BINARY LOGS TO '{current}'")
+            cursor.execute("SHOW BINARY LOGS")
+            return [row[0] for row in cursor.fetchall()] == [current]
+
+        wait_until(purged, timeout=60, what="the old binlogs to be purged", interval=0.5)
+    conn.close()
+
+    child = capture.launch()
+    assert child.wait(timeout=60) == 2
+    assert "no longer has binlog" in child.output and "when-needed" in child.output
+
+    capture.snapshot = "when-needed"
+    capture.start()
+    assert "taking a new snapshot" in capture.child.output
+    capture.wait_caught_up()
+    model, _ = replay(cluster.meta_addr, [cluster.pump], since)
+    assert model_rows(model, db, "t") == source_rows(cluster.source, db, "t")
     assert capture.stop() == 0
