@@ -86,6 +86,9 @@ def test_a_dropped_template_column_stops_the_drainer_below_the_ddl_until_the_rul
         drainer.start()
         drainer.wait_checkpoint(producer.written[-1].commit_ts)
         assert f"{p}:user:3" not in set(client.scan_iter(match=f"{p}:*"))
+        metrics = drainer.metrics()  # the sink's metrics are in the drainer's /metrics
+        assert 'bridge_sink_redis_keys_total{mode="invalidate"}' in metrics
+        assert "bridge_sink_redis_pipeline_seconds_count" in metrics
     finally:
         drainer.kill()
         keys = list(client.scan_iter(match=f"{p}:*"))
