@@ -135,3 +135,8 @@ def test_every_key_is_documented_in_the_guide() -> None:
     for cls in (RedisSinkConfig, RuleConfig):
         for field in dataclasses.fields(cls):
             assert f"`{toml_key(field.name)}`" in guide, f"docs/redis-sink.md lacks {toml_key(field.name)}"
+
+
+def test_the_config_repr_shows_no_password() -> None:
+    config = load_config({"url": "redis://u:in-url@h:1/0", "password": "in-key"})
+    assert "in-url" not in repr(config) and "in-key" not in repr(config)

@@ -106,8 +106,9 @@ class RuleConfig:
 class RedisSinkConfig:
     """The ``[sink.redis]`` table (``rules`` are parsed into :class:`RuleConfig`\\ s)."""
 
-    url: str = field(
+    url: str = field(  # repr=False: the URL may carry the password
         default="redis://127.0.0.1:6379/0",
+        repr=False,
         metadata={
             "help": "redis://[user[:password]@]host:port/db, rediss:// (TLS) or unix:///path?db=N; "
             "cluster: any one node",
@@ -116,6 +117,7 @@ class RedisSinkConfig:
     )
     password: str = field(
         default="",
+        repr=False,
         metadata={"help": "the password (AUTH); empty: the URL's, else password-env", "secret": True},
     )
     password_env: str = field(
