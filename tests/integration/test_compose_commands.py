@@ -10,6 +10,7 @@ healthcheck runs a tool that exists in its image.
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 import zipfile
 from pathlib import Path
@@ -96,33 +97,33 @@ def test_spark_class_commands_name_classes_in_pysparks_jars(compose: ComposeFile
 
 
 def _load_config(compose: ComposeFile, service: Service, args: argparse.Namespace, scratch: Path) -> Any:
-    """The config the command would run with, loaded by the project's own loader."""
+    """The config the command would run with, loaded by the project's own loader: the flags map
+    to keys through the FLAG_KEYS of the module that runs the command (found through the parser)."""
     path = container_file(compose, service, str(args.config), scratch)
-    if args.command == "meta":
-        from bridge.cli import meta
+    if args.command in ("index", "snapshot"):
+        from spark_consumers.config import build_config, load_toml
 
-        return meta.load_config(argparse.Namespace(**{**vars(args), "config": path}))
+        flags = {
+            k: v
+            for k, v in vars(args).items()
+            if "-" in k or k in ("topics", "master", "source", "checkpoint")
+        }
+        return build_config(args.command, flags, load_toml(path))
+    command = importlib.import_module(args.func.__module__)
+    if args.command == "meta":
+        return command.load_config(argparse.Namespace(**{**vars(args), "config": path}))
+    overrides = {key: getattr(args, dest) for dest, key in command.FLAG_KEYS.items()}
     if args.command == "pump":
         from bridge.config import load as load_toml_config
-        from pump import cli as pump_cli
         from pump.config import PumpConfig
 
-        overrides = {key: getattr(args, dest) for dest, key in pump_cli.FLAG_KEYS.items()}
         return load_toml_config(PumpConfig, path, overrides)
-    if args.command == "drainer":
-        from bridge.sink.registry import build_sink
-        from drainer import cli as drainer_cli
-        from drainer.config import load_config
+    from bridge.sink.registry import build_sink
+    from drainer.config import load_config
 
-        config = load_config(path, {key: getattr(args, dest) for dest, key in drainer_cli.FLAG_KEYS.items()})
-        build_sink(config.sink.types, config.sink.tables, scratch / service.name)  # checks [sink.*]
-        return config
-    from spark_consumers.config import build_config, load_toml
-
-    flags = {
-        k: v for k, v in vars(args).items() if "-" in k or k in ("topics", "master", "source", "checkpoint")
-    }
-    return build_config(args.command, flags, load_toml(path))
+    config = load_config(path, overrides)
+    build_sink(config.sink.types, config.sink.tables, scratch / service.name)  # checks [sink.*]
+    return config
 
 
 def test_every_mounted_config_loads_under_the_compose_environment(
