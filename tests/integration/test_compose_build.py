@@ -87,6 +87,15 @@ def test_the_dockerignore_keeps_what_the_wheel_stage_copies(tmp_path: Path) -> N
     assert not (context / ".venv").exists() and not (context / "tests").exists()
 
 
+def test_the_wheel_stage_copies_every_package_pyproject_ships() -> None:
+    import tomllib
+
+    include = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    packages = {name.rstrip("*") for name in include["include"]}
+    copied = {a.split()[0] for i, a in stages()["wheel"] if i == "COPY"}
+    assert packages <= copied, f"COPY these into the wheel stage too: {sorted(packages - copied)}"
+
+
 def test_the_wheel_builds_and_installs_into_a_fresh_venv_that_runs_the_compose_commands(
     tmp_path: Path,
 ) -> None:
