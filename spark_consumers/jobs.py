@@ -148,6 +148,8 @@ def _offsets(text: Any) -> offsets.Offsets:
     if not text:
         return {}
     data = json.loads(text) if isinstance(text, str) else text
+    if not isinstance(data, dict):  # "null": the source reported no latest offset
+        return {}
     return {t: {p: int(o) for p, o in parts.items()} for t, parts in data.items()}
 
 

@@ -1,0 +1,121 @@
+"""The index job as a user runs it (``python -m spark_consumers index``, its own Spark driver): SIGKILLed
+mid-run and restarted from its checkpoint, then SIGTERMed while streaming; and on a Spark standalone
+cluster (a master and a worker started from pyspark's own launcher class). Each must give the same
+documents as the job run in this process (the test run's SparkSession) from an empty checkpoint.
+
+The topic holds changes encoded as the Kafka sink encodes them (``bench spark``'s producer: inserts
+and updates of an 8-column table, single-object encoding), written before the jobs start.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyspark
+import pytest
+
+from bench.spark import produce
+from spark_consumers.config import JobConfig
+from spark_consumers.jobs import run
+from tests.e2e.test_spark_e2e import documents
+from tests.support.process import ChildProcess, free_port
+
+pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(600)]
+
+ROWS = 12_000
+START_GUARD = 240.0  # a Spark driver's start on a loaded 2-core machine
+
+
+@pytest.fixture(scope="module")
+def topic(tmp_path_factory: pytest.TempPathFactory) -> str:
+    bootstrap = os.environ.get("BRIDGE_TEST_KAFKA_BOOTSTRAP", "127.0.0.1:19092")
+    return produce(bootstrap, f"t{uuid.uuid4().hex[:10]}", ROWS, updates=0.3, partitions=3)
+
+
+@pytest.fixture(scope="module")
+def reference(spark: Any, topic: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The documents of the job run in this process over ``topic`` from an empty checkpoint."""
+    work = tmp_path_factory.mktemp("reference")
+    bootstrap = os.environ.get("BRIDGE_TEST_KAFKA_BOOTSTRAP", "127.0.0.1:19092")
+    config = JobConfig(kind="index", bootstrap_servers=bootstrap, topics=[topic], output=work / "index",
+                       checkpoint=work / "checkpoint", available_now=True)  # fmt: skip
+    assert run(spark, config) == 0
+    found = documents(work / "index")
+    assert len(found) == int(ROWS * 0.7)  # every inserted key, updated or not
+    return found
+
+
+def index_job(
+    kafka_bootstrap: str, topic: str, work: Path, *flags: str, env: dict[str, str] | None = None
+) -> ChildProcess:
+    argv = [sys.executable, "-m", "spark_consumers", "index", "--bootstrap-servers", kafka_bootstrap,
+            "--topics", topic, "--index", str(work / "index"), "--checkpoint", str(work / "checkpoint"),
+            *flags]  # fmt: skip
+    return ChildProcess(argv, work / "job.log", env=env)
+
+
+def test_sigkilled_driver_restarts_from_its_checkpoint_and_sigterm_stops_after_a_batch(
+    kafka_bootstrap: str, topic: str, reference: dict[str, Any], tmp_path: Path
+) -> None:
+    first = index_job(
+        kafka_bootstrap, topic, tmp_path, "--available-now", "--max-offsets-per-trigger", "1500"
+    )
+    try:
+        first.wait_for_line(r"^batch 1: ", timeout=START_GUARD)  # two batches committed, more to come
+    finally:
+        first.kill()
+    assert "stopped:" not in first.output
+    # streaming from the checkpoint, until a batch finds nothing left behind; then SIGTERM
+    second = index_job(kafka_bootstrap, topic, tmp_path, "--trigger-interval", "1s")
+    try:
+        second.wait_for_line(r"^batch \d+: [1-9]\d* rows .* 0 offsets behind", timeout=START_GUARD)
+    finally:
+        status = second.stop(timeout=120)
+    assert status == 0, second.output[-3000:]
+    assert "stopped: signal" in second.output
+    assert "batch 0:" not in second.output  # it resumed after the killed run's last committed batch
+    assert documents(tmp_path / "index") == reference
+
+
+@pytest.fixture
+def standalone(tmp_path: Path) -> Iterator[str]:
+    """A master and one worker (1 core, 1 GB) from the pip package's own launcher; its URL."""
+    home = Path(pyspark.__file__).parent
+    env = {"SPARK_HOME": str(home), "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_WORKER_DIR": str(tmp_path / "work")}
+    port = free_port()
+    spark_class = str(home / "bin" / "spark-class")
+    master = ChildProcess([spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                           "--port", str(port), "--webui-port", str(free_port())],
+                          tmp_path / "master.log", env)  # fmt: skip
+    url = f"spark://127.0.0.1:{port}"
+    worker = None
+    try:
+        master.wait_for_line(r"I have been elected leader", timeout=START_GUARD)
+        worker = ChildProcess([spark_class, "org.apache.spark.deploy.worker.Worker", url, "--cores", "1",
+                               "--memory", "1g", "--host", "127.0.0.1", "--webui-port", str(free_port())],
+                              tmp_path / "worker.log", env)  # fmt: skip
+        worker.wait_for_line(r"Successfully registered with master", timeout=START_GUARD)
+        yield url
+    finally:
+        for child in (worker, master):
+            if child is not None:
+                child.stop(timeout=30)
+
+
+def test_the_job_on_a_standalone_cluster_gives_the_same_index(
+    kafka_bootstrap: str, topic: str, reference: dict[str, Any], standalone: str, tmp_path: Path
+) -> None:
+    job = index_job(kafka_bootstrap, topic, tmp_path, "--available-now", "--master", standalone,
+                    env={"SPARK_LOCAL_IP": "127.0.0.1"})  # fmt: skip
+    try:
+        status = job.wait(timeout=START_GUARD + 120)
+    finally:
+        job.stop()
+    assert status == 0, job.output[-3000:]
+    assert "stopped: all available data applied" in job.output
+    assert documents(tmp_path / "index") == reference
