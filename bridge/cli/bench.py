@@ -23,6 +23,7 @@ BENCHES: dict[str, str] = {
     "drainer": "bench.drainer",
     "mysql": "bench.mysql",
     "kafka": "bench.kafka",
+    "spark": "bench.spark",
     "capture": "bench.capture",
     "redis": "bench.redis",
 }
