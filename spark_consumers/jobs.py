@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 import sys
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -73,7 +75,8 @@ class BatchHandler:
         columns = newest_columns(changes, ddl_columns(rows))
         if self.index is not None:
             put, deleted = self.index.apply(changes, columns)
-            size = f"{live_documents(self.index.index)} documents"
+            megabytes = folder_bytes(self.config.output) / 1e6
+            size = f"{live_documents(self.index.index)} documents ({megabytes:.1f} MB)"
         else:
             assert self.snapshot is not None
             tables = self.snapshot.apply(changes, columns)
@@ -85,6 +88,11 @@ class BatchHandler:
     def close(self) -> None:
         if self.index is not None:
             self.index.close()
+
+
+def folder_bytes(path: Path) -> int:
+    """Bytes of the files directly in ``path`` (a tantivy index keeps its segments flat)."""
+    return sum(entry.stat().st_size for entry in os.scandir(path) if entry.is_file())
 
 
 def ddl_columns(rows: list[dict[str, Any]]) -> dict[str, tuple[str, Version]]:

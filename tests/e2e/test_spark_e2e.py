@@ -15,7 +15,6 @@ import json
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,7 @@ from spark_consumers.config import JobConfig
 from spark_consumers.index import search
 from spark_consumers.jobs import RunningJob, StopFlag, run
 from spark_consumers.source import kafka, offsets
-from tests.e2e.test_kafka_e2e import HANG_GUARD, kafka_spec
+from tests.e2e.test_kafka_e2e import HANG_GUARD, kafka_cluster, upstream  # noqa: F401 (fixtures)
 from tests.e2e.test_pipeline import LOAD_TABLES, run_load
 from tests.support.spark_sources import IndexSource, SnapshotSource, assert_equal_to_upstream
 
@@ -63,13 +62,13 @@ def documents(path: Path) -> dict[str, tuple[Any, ...]]:
     return out
 
 
-def assert_found_by_key(upstream: str, index_path: Path) -> int:
+def assert_found_by_key(dsn: str, index_path: Path) -> int:
     """Every row of the keyed load tables is the live document ``main/<table>/<id>``."""
     from tests.support.spark_sources import diff_module
 
     index = search.open_existing(index_path)
     index.reload()
-    source = diff_module("").open_source(upstream, "--upstream")
+    source = diff_module("").open_source(dsn, "--upstream")
     found = 0
     try:
         for table in ("load_accounts", "load_orders", "load_docs", "load_wide"):
@@ -82,11 +81,11 @@ def assert_found_by_key(upstream: str, index_path: Path) -> int:
     return found
 
 
-def assert_full_text_finds(upstream: str, index_path: Path) -> None:
+def assert_full_text_finds(dsn: str, index_path: Path) -> None:
     """A word of a load_docs title finds that document (full text over the table's string columns)."""
     from tests.support.spark_sources import diff_module
 
-    source = diff_module("").open_source(upstream, "--upstream")
+    source = diff_module("").open_source(dsn, "--upstream")
     try:
         key, title = next(iter(source.rows("main", "load_docs", ["id", "title"])))
     finally:
@@ -129,23 +128,6 @@ class StreamingJob:
         self.check()
 
 
-@pytest.fixture
-def upstream(tmp_path: Path) -> str:
-    return f"sqlite://{tmp_path / 'upstream.db'}"
-
-
-@pytest.fixture
-def cluster(tmp_path: Path, upstream: str, kafka_bootstrap: str, unique_name: str) -> Iterator[Any]:
-    from tests.e2e.test_kafka_e2e import Cluster
-
-    cluster = Cluster(kafka_spec(tmp_path, upstream, kafka_bootstrap, unique_name))
-    try:
-        cluster.start()
-        yield cluster
-    finally:
-        cluster.stop()
-
-
 def wait_for(predicate: Any, what: str) -> None:
     deadline = time.monotonic() + HANG_GUARD
     while not predicate():
@@ -154,13 +136,19 @@ def wait_for(predicate: Any, what: str) -> None:
 
 
 def test_load_streamed_into_the_index_and_snapshot_equals_the_upstream(
-    spark: Any, cluster: Any, upstream: str, kafka_bootstrap: str, unique_name: str, tmp_path: Path
+    spark: Any,
+    kafka_cluster: Any,  # noqa: F811
+    upstream: str,  # noqa: F811
+    kafka_bootstrap: str,
+    unique_name: str,
+    tmp_path: Path,
 ) -> None:
+    cluster = kafka_cluster
     streaming = StreamingJob(
         spark, job("index", kafka_bootstrap, unique_name, tmp_path, "live", trigger_interval=1.0)
     )
     try:
-        run_load(cluster, upstream, seconds=8)
+        run_load(cluster, upstream, seconds=6)
         final_ts = cluster.timestamp()
         cluster.wait_caught_up(final_ts, timeout=HANG_GUARD)
         ends = topic_ends(kafka_bootstrap, unique_name)
@@ -181,9 +169,9 @@ def test_load_streamed_into_the_index_and_snapshot_equals_the_upstream(
     assert run(spark, job("index", kafka_bootstrap, unique_name, tmp_path, "again", available_now=True)) == 0
     assert documents(tmp_path / "again") == documents(live)
 
-    # the snapshot consumer, in batches of at most 500 offsets
+    # the snapshot consumer, in batches of at most 3000 offsets
     snap = job("snapshot", kafka_bootstrap, unique_name, tmp_path, "snapshot", available_now=True,
-               max_offsets_per_trigger=500)  # fmt: skip
+               max_offsets_per_trigger=3000)  # fmt: skip
     assert run(spark, snap) == 0
     assert_equal_to_upstream(upstream, SnapshotSource(tmp_path / "snapshot"), LOAD_TABLES)
     # and Spark SQL reads it as it is
