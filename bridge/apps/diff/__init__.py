@@ -20,9 +20,9 @@ from collections.abc import Sequence
 from bridge.apps.diff.compare import DiffOptions, Progress, compare_table
 from bridge.apps.diff.open import open_source
 from bridge.apps.diff.report import DiffReport, TableReport
-from bridge.apps.diff.sources import Source
+from bridge.apps.diff.sources import NothingToCompareError, Source
 
-__all__ = ["DiffOptions", "DiffReport", "TableReport", "diff", "diff_sources"]
+__all__ = ["DiffOptions", "DiffReport", "NothingToCompareError", "TableReport", "diff", "diff_sources"]
 
 Pair = tuple[str, tuple[str, str] | None, tuple[str, str] | None]
 
@@ -36,7 +36,13 @@ def diff(
     max_examples: int = 10,
     progress: Progress | None = None,
 ) -> DiffReport:
-    """Compare the tables of two databases given by DSN; ``tables`` limits it (``db.t`` or ``t``)."""
+    """Compare the tables of two databases given by DSN; ``tables`` limits it (``db.t`` or ``t``).
+
+    Raises :class:`NothingToCompareError` when a ``tables`` entry matches no
+    table on either side or when there is no table to compare at all, and
+    :class:`~bridge.apps.diff.sources.DiffSourceError` when a side cannot be
+    read (a missing SQLite file, a MySQL database that does not exist).
+    """
     options = DiffOptions(chunk_size=chunk_size, max_examples=max_examples, progress=progress)
     up = open_source(upstream, "--upstream")
     try:
@@ -52,23 +58,49 @@ def diff(
 def diff_sources(
     up: Source, down: Source, tables: Sequence[str] | None = None, options: DiffOptions | None = None
 ) -> DiffReport:
+    """Compare ``up`` with ``down``; see :func:`diff`. A table on one side only is
+    reported with that side's real row count (and 0 for the side without it)."""
     options = options or DiffOptions()
     started = time.monotonic()
     report = DiffReport(up.label, down.label)
-    for name, up_ref, down_ref in pair_tables(up.tables(), down.tables(), tables):
+    pairs = pair_tables(up.tables(), down.tables(), tables)
+    if not pairs:
+        raise NothingToCompareError(
+            f"no table to compare: neither {up.label} nor {down.label} holds a user table"
+        )
+    for name, up_ref, down_ref in pairs:
         table = TableReport(name)
         report.tables.append(table)
         if up_ref is None or down_ref is None:
-            missing = (
-                "the table is missing downstream" if down_ref is None else "the table exists only downstream"
-            )
-            table.notes.append(missing)
+            _one_side(table, up, up_ref, down, down_ref)
             continue
         compare_table(up, down, up.table_info(*up_ref), down.table_info(*down_ref), table, options)
         if options.progress is not None:
             options.progress(table.lines()[0])
     report.seconds = time.monotonic() - started
     return report
+
+
+def _one_side(
+    table: TableReport,
+    up: Source,
+    up_ref: tuple[str, str] | None,
+    down: Source,
+    down_ref: tuple[str, str] | None,
+) -> None:
+    """A table that only one side holds: noted, with that side's real row count."""
+    if up_ref is not None:
+        table.notes.append("the table is missing downstream")
+        table.upstream_rows = count_rows(up, up_ref)
+    elif down_ref is not None:
+        table.notes.append("the table exists only downstream")
+        table.downstream_rows = count_rows(down, down_ref)
+
+
+def count_rows(source: Source, ref: tuple[str, str]) -> int:
+    """The number of rows of one table, read through the source (one column of each row)."""
+    first = source.table_info(*ref).columns[0].name
+    return sum(1 for _ in source.rows(*ref, [first]))
 
 
 def pair_tables(
@@ -78,7 +110,9 @@ def pair_tables(
 
     ``wanted`` entries are ``db.table`` or ``table``; a ``db`` part is compared
     with either side's database, so ``shop.orders`` also selects ``orders`` of a
-    single SQLite file (database ``main``).
+    single SQLite file (database ``main``). An entry that selects no table on
+    either side raises :class:`NothingToCompareError` naming it (a typo must
+    not make the diff compare nothing and say equal).
     """
     single = len({db for db, _ in up}) <= 1 and len({db for db, _ in down}) <= 1
 
@@ -91,9 +125,20 @@ def pair_tables(
         up_ref, down_ref = up_by.get(k), down_by.get(k)
         shown = up_ref or down_ref
         assert shown is not None
-        if wanted is None or _selected(wanted, [r for r in (up_ref, down_ref) if r is not None], single):
-            pairs.append((f"{shown[0]}.{shown[1]}", up_ref, down_ref))
-    return pairs
+        pairs.append((f"{shown[0]}.{shown[1]}", up_ref, down_ref))
+    if wanted is None:
+        return pairs
+
+    def refs(pair: Pair) -> list[tuple[str, str]]:
+        return [r for r in pair[1:] if r is not None]
+
+    unmatched = [e for e in wanted if not any(_selected([e], refs(p), single) for p in pairs)]
+    if unmatched:
+        raise NothingToCompareError(
+            f"no table matches {', '.join(repr(e) for e in unmatched)} upstream or downstream"
+            f" (tables: {', '.join(p[0] for p in pairs) or 'none'})"
+        )
+    return [p for p in pairs if _selected(wanted, refs(p), single)]
 
 
 def _selected(wanted: Sequence[str], refs: list[tuple[str, str]], by_name: bool) -> bool:

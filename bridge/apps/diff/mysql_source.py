@@ -30,6 +30,11 @@ class MySQLSource:
         self.label = dsn.redacted()
         self._dsn = dsn
         self._meta = self._connect(pymysql.cursors.Cursor)
+        if dsn.database and not self._query(
+            "SELECT 1 FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = %s", (dsn.database,)
+        ):
+            self._meta.close()
+            raise DiffSourceError(f"{self.label}: database {dsn.database!r} does not exist")
 
     def _connect(self, cursor: type[Any]) -> pymysql.connections.Connection[Any]:
         try:

@@ -69,6 +69,11 @@ class DiffSourceError(UserError):
     """A side of the diff cannot be read."""
 
 
+class NothingToCompareError(UserError):
+    """The diff would compare nothing that was asked for: a ``tables`` entry matching no
+    table on either side, or no table at all. Saying "equal" then would be a lie."""
+
+
 def range_condition(where: KeyRange | None, quote_char: str, placeholder: str) -> tuple[str, list[object]]:
     """`` WHERE (k1, k2) >= (?, ?) AND (k1, k2) < (?, ?)`` for ``where`` (empty when None)."""
     if where is None:
