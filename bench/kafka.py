@@ -110,7 +110,7 @@ def registry_url(args: argparse.Namespace) -> str:
 
 
 def new_sink(args: argparse.Namespace, prefix: str, data_dir: Path) -> Any:
-    from drainer.sinks.kafka import KafkaSink
+    from drainer.sinks.kafka.sink import KafkaSink
 
     config = {"bootstrap-servers": args.bootstrap_servers, "prefix": prefix, "partitions": args.partitions}
     if args.encoding == "registry":

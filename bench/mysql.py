@@ -46,13 +46,10 @@ import argparse
 import asyncio
 import contextlib
 import os
-import random
 import secrets
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -71,8 +68,9 @@ from bench.drainer import (
     wait_checkpoint,
     write_txn,
 )
+from bench.mysql_workload import KINDS, KeyOwner, Model, bench_row, parse_mix, txn_sizes
 from bench.pump import TsoBatcher
-from bridge.binlog import TableMutationBuilder, ddl_prewrite, prewrite
+from bridge.binlog import ddl_prewrite, prewrite
 from bridge.dsn import Dsn, parse_dsn
 from bridge.errors import ConfigError
 from bridge.proto import row_pb2
@@ -81,8 +79,6 @@ from bridge.rowcodec import RowCodec
 
 DSN_ENV = "BRIDGE_TEST_MYSQL_DSN"
 DEFAULT_DSN = "mysql://root@127.0.0.1:3306/"
-KINDS = ("insert", "update", "delete")
-DEFAULT_MIX = {"insert": 60, "update": 30, "delete": 10}
 COLUMNS = ("id", "customer", "price", "weight", "sku", "created", "flag", "note")
 CREATE_COLUMNS = (
     "`id` BIGINT NOT NULL PRIMARY KEY, `customer` INT NULL, `price` DECIMAL(12,2) NULL, "
@@ -155,94 +151,6 @@ def progress(message: str) -> None:
     print(f"bench mysql: {message}", file=sys.stderr, flush=True)
 
 
-def parse_mix(text: str) -> dict[str, int]:
-    """``"insert=60,update=30"`` -> weights of every kind (unnamed ones 0); at least one insert."""
-    mix = dict.fromkeys(KINDS, 0)
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        name, sep, weight = part.partition("=")
-        if not sep or name.strip() not in mix or not weight.strip().isdigit():
-            raise ConfigError(
-                f"--mix: expected kind=weight with kind one of {', '.join(KINDS)}; got {part!r}"
-            )
-        mix[name.strip()] = int(weight)
-    if mix["insert"] <= 0:
-        raise ConfigError("--mix: the insert weight must be positive (updates and deletes need rows)")
-    return mix
-
-
-def bench_row(key: int, version: int) -> tuple[object, ...]:
-    """Row ``key`` after its ``version``-th change: :func:`bench.drainer.row_values` with the
-    customer, weight and flag moved by the version."""
-    values = list(row_values(key))
-    values[1] = (key + version * 7_919) % 10_007
-    values[3] = key * 0.25 + version
-    values[6] = (key + version) % 2
-    return tuple(values)
-
-
-@dataclass
-class Model:
-    """What the downstream table must hold once the drainer caught up: the live rows' versions."""
-
-    live: dict[int, int] = field(default_factory=dict)  # key -> version
-    changes: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
-    # every change as made: (kind, key, version after it); each key's changes in commit order
-    ops: list[tuple[str, int, int]] = field(default_factory=list)
-
-    def expected(self) -> tuple[int, int, float]:
-        """(row count, SUM(customer), SUM(weight)) of the live rows."""
-        count, customers, weights = 0, 0, 0.0
-        for key, version in self.live.items():
-            row = bench_row(key, version)
-            count += 1
-            customers += int(row[1])  # type: ignore[call-overload]
-            weights += float(row[3])  # type: ignore[arg-type]
-        return count, customers, weights
-
-
-class KeyOwner:
-    """One preloading task: its own keys (``task + n * tasks``), their live versions, its choices."""
-
-    def __init__(self, task: int, tasks: int, seed: int, mix: dict[str, int], model: Model) -> None:
-        self._rng = random.Random(f"{seed}:{task}")
-        self._next = task
-        self._stride = tasks
-        self._kinds = [k for k in KINDS if mix[k] > 0]
-        self._weights = [mix[k] for k in self._kinds]
-        self._live: list[int] = []
-        self._model = model
-
-    def txn(self, codec: RowCodec, table_id: int, changes: int, one_kind: bool) -> TableMutationBuilder:
-        """A transaction of ``changes`` row changes: each of a kind drawn from the mix, or all of
-        one drawn kind when ``one_kind`` (an update or delete with no live row left inserts)."""
-        mutation = TableMutationBuilder(table_id)
-        live, versions = self._live, self._model.live
-        txn_kind = self._rng.choices(self._kinds, self._weights)[0]
-        for _ in range(changes):
-            kind = txn_kind if one_kind else self._rng.choices(self._kinds, self._weights)[0]
-            kind = kind if live else "insert"
-            if kind == "insert":
-                key, self._next = self._next, self._next + self._stride
-                mutation.insert(codec.encode(bench_row(key, 0)))
-                versions[key] = 0
-                live.append(key)
-            else:
-                index = self._rng.randrange(len(live))
-                key = live[index]
-                before = codec.encode(bench_row(key, versions[key]))
-                if kind == "update":
-                    versions[key] += 1
-                    mutation.update(before, codec.encode(bench_row(key, versions[key])))
-                else:
-                    mutation.delete(before)
-                    live[index] = live[-1]
-                    live.pop()
-                    del versions[key]
-            self._model.changes[kind] += 1
-            self._model.ops.append((kind, key, versions.get(key, -1)))
-        return mutation
-
-
 async def preload(
     meta_addr: str, schema: row_pb2.TableSchema, args: argparse.Namespace, mix: dict[str, int]
 ) -> tuple[int, Model]:
@@ -275,13 +183,6 @@ async def preload(
     counts = ", ".join(f"{model.changes[k]:,} {k}s" for k in KINDS)
     progress(f"preloaded {args.rows:,} row changes ({counts}) in {elapsed:.1f}s; last commit_ts {last}")
     return last, model
-
-
-def txn_sizes(rows: int, per_txn: int) -> Iterator[int]:
-    full, rest = divmod(rows, per_txn)
-    yield from (per_txn for _ in range(full))
-    if rest:
-        yield rest
 
 
 def dsn_text(dsn: Dsn) -> str:

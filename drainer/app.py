@@ -27,7 +27,7 @@ With a relay log (``[relay] dir``) the sink is wrapped in a
 start and the relay log belongs to a cluster whose checkpoint is not
 consistent, :func:`serve` replays the relay log into the sink, saves a
 consistent checkpoint and returns (the process exits 0) instead of
-starting; see :mod:`drainer.relay` and docs/drainer-recovery.md.
+starting; see :mod:`drainer.relay.recovery` and docs/drainer-recovery.md.
 """
 
 from __future__ import annotations
@@ -53,16 +53,17 @@ from bridge.sink.registry import build_sink
 from bridge.sink.schema import SchemaTracker
 from bridge.tso import physical_ms, to_datetime
 from drainer import metrics
-from drainer.builder import EventBuilder
 from drainer.checkpoint import Checkpoint, CheckpointState, build_checkpoint
-from drainer.collector import Collector
+from drainer.collect.collector import Collector
+from drainer.collect.merger import MergeFeed, Merger
+from drainer.collect.pull import PumpPuller
 from drainer.config import DrainerConfig
 from drainer.http import StatusServer
-from drainer.merger import MergeFeed, Merger
-from drainer.pull import PumpPuller
-from drainer.relay import RelaySink, recover
+from drainer.relay.recovery import recover
+from drainer.relay.sink import RelaySink
 from drainer.server import CisternService, DrainerNode, NodeSettings
-from drainer.syncer import Syncer, SyncSettings
+from drainer.sync.builder import EventBuilder
+from drainer.sync.syncer import Syncer, SyncSettings
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@
 
     [filter]                           # do-db, do-table, ignore-db, ignore-table, ignore-txn-commit-ts
     [checkpoint]                       # type = "file" | "mysql" (+ that type's keys)
-    [relay]                            # dir = "" (off), max-file-size: the relay log (drainer.relay)
+    [relay]                            # dir = "" (off), max-file-size: the relay log (drainer.relay.sink)
     [sink]                             # type = "sqlite" | "file" | [...]; [sink.<type>] per sink
     [security]                         # TLS, see bridge.grpcutil.SecurityConfig
 
@@ -36,7 +36,7 @@ from bridge.config import (
 from bridge.errors import ConfigError
 from bridge.grpcutil import DEFAULT_MAX_MESSAGE_BYTES, SecurityConfig
 from bridge.nodeconfig import NodeAddressing
-from drainer.filter import TableFilter
+from drainer.sync.filter import TableFilter
 
 DEFAULT_ADDR = "127.0.0.1:8249"
 DEFAULT_STATUS_ADDR = "127.0.0.1:8252"
@@ -46,7 +46,7 @@ MIB = 1 << 20
 
 @dataclass
 class FilterConfig:
-    """``[filter]``: what is replicated and which transactions are skipped (drainer.filter)."""
+    """``[filter]``: what is replicated and which transactions are skipped (drainer.sync.filter)."""
 
     do_db: list[str] = field(default_factory=list, metadata={"help": "replicate only these databases"})
     do_table: list[str] = field(
@@ -86,7 +86,7 @@ class CheckpointConfig:
 
 @dataclass
 class RelayConfig:
-    """``[relay]``: the relay log, events stored locally before the sink applies them (drainer.relay)."""
+    """``[relay]``: the relay log, events stored locally before the sink applies them (drainer.relay.sink)."""
 
     dir: str = field(
         default="",

@@ -50,19 +50,19 @@ SECTIONS: list[tuple[str, str, str, str]] = [
     ),
     (
         "sqlite sink",
-        "drainer.sinks.sqlite:SQLiteSinkConfig",
+        "drainer.sinks.sqlite.sink:SQLiteSinkConfig",
         'the drainer\'s `[sink]` table with `type = "sqlite"`',
         "The embedded SQL downstream. Guarantees and type mapping: [sinks.md](sinks.md).",
     ),
     (
         "file sink",
-        "drainer.sinks.file:FileSinkConfig",
+        "drainer.sinks.file.sink:FileSinkConfig",
         'the drainer\'s `[sink]` table with `type = "file"`',
         "Binlog files for backup and `binlog-bridge replay`. Format: [sinks.md](sinks.md).",
     ),
     (
         "mysql sink",
-        "drainer.sinks.mysql:MySQLSinkConfig",
+        "drainer.sinks.mysql.config:MySQLSinkConfig",
         'the drainer\'s `[sink]` table with `type = "mysql"`, keys in `[sink.mysql]`',
         "MySQL, MariaDB and TiDB downstreams: parallel workers with conflict detection, multi-row "
         "batches, safe mode, DDL. Guide: [mysql-sink.md](mysql-sink.md). "
@@ -77,7 +77,7 @@ SECTIONS: list[tuple[str, str, str, str]] = [
     ),
     (
         "kafka sink",
-        "drainer.sinks.kafka:KafkaSinkConfig",
+        "drainer.sinks.kafka.config:KafkaSinkConfig",
         'the drainer\'s `[sink]` table with `type = "kafka"`, keys in `[sink.kafka]` (`producer` and '
         "`schema-registry` are subtables: `[sink.kafka.producer]`, `[sink.kafka.schema-registry]`)",
         "Avro change topics for Kafka consumers: one topic per table, the DDL topic, resolved-ts "

@@ -39,129 +39,31 @@ union                     a datum matching a branch, first match in order;
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable
-from decimal import MAX_EMAX, MIN_EMIN, Context, Decimal, Inexact, Rounded
+from decimal import Decimal
 from typing import Any
 
-Write = Callable[[bytearray, Any], None]
+from bridge.avro.primitives import (
+    DOUBLE,
+    FLOAT,
+    INT_MAX,
+    INT_MIN,
+    LONG_MAX,
+    LONG_MIN,
+    PRIMITIVE_WRITERS,
+    PRIMITIVES,
+    Fallback,
+    Write,
+    decimal_writer,
+    varint,
+    write_string,
+)
 
-_INT_MIN, _INT_MAX = -(1 << 31), (1 << 31) - 1
-_LONG_MIN, _LONG_MAX = -(1 << 63), (1 << 63) - 1
-_DOUBLE = struct.Struct("<d").pack
-_FLOAT = struct.Struct("<f").pack
-_EXACT = Context(prec=200, Emax=MAX_EMAX, Emin=MIN_EMIN, traps=[Inexact, Rounded])  # scaleb never rounds
-_PRIMITIVES = frozenset(("null", "boolean", "int", "long", "float", "double", "bytes", "string"))
-
-
-class Fallback(Exception):
-    """The compiled writer does not take this datum; write it with fastavro instead."""
+__all__ = ["Fallback", "Unsupported", "Write", "compile_writer"]
 
 
 class Unsupported(Exception):
     """The schema uses something the compiled writer does not handle; use fastavro for it."""
-
-
-def _varint(out: bytearray, value: int) -> None:
-    """Zig-zag then base-128 varint: Avro's int and long encoding."""
-    value = (value << 1) ^ (value >> 63)
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-
-
-def _write_null(out: bytearray, value: Any) -> None:
-    if value is not None:
-        raise Fallback
-
-
-def _write_boolean(out: bytearray, value: Any) -> None:
-    if value is True:
-        out.append(1)
-    elif value is False:
-        out.append(0)
-    else:
-        raise Fallback
-
-
-def _write_int(out: bytearray, value: Any) -> None:
-    if type(value) is not int or not _INT_MIN <= value <= _INT_MAX:
-        raise Fallback
-    _varint(out, value)
-
-
-def _write_long(out: bytearray, value: Any) -> None:
-    if type(value) is not int or not _LONG_MIN <= value <= _LONG_MAX:
-        raise Fallback
-    if 0 <= value < 64:
-        out.append(value << 1)
-        return
-    value = (value << 1) ^ (value >> 63)
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-
-
-def _write_double(out: bytearray, value: Any) -> None:
-    kind = type(value)
-    if kind is not float and kind is not int:
-        raise Fallback
-    out += _DOUBLE(value)
-
-
-def _write_float(out: bytearray, value: Any) -> None:
-    kind = type(value)
-    if kind is not float and kind is not int:
-        raise Fallback
-    out += _FLOAT(value)
-
-
-def _write_string(out: bytearray, value: Any) -> None:
-    if type(value) is not str:
-        raise Fallback
-    data = value.encode()
-    _varint(out, len(data))
-    out += data
-
-
-def _write_bytes(out: bytearray, value: Any) -> None:
-    if type(value) is not bytes:
-        raise Fallback
-    _varint(out, len(value))
-    out += value
-
-
-def _decimal_writer(precision: int, scale: int) -> Write:
-    def write(out: bytearray, value: Any) -> None:
-        if type(value) is bytes:
-            _varint(out, len(value))
-            out += value
-            return
-        if type(value) is not Decimal:
-            raise Fallback
-        _, digits, exponent = value.as_tuple()
-        if not isinstance(exponent, int) or len(digits) > precision or exponent + scale < 0:
-            raise Fallback  # NaN/Infinity, too many digits, or a finer scale: fastavro raises
-        unscaled = int(value.scaleb(scale, _EXACT))
-        data = unscaled.to_bytes((abs(unscaled).bit_length() + 8) // 8, "big", signed=True)
-        _varint(out, len(data))
-        out += data
-
-    return write
-
-
-_PRIMITIVE_WRITERS: dict[str, Write] = {
-    "null": _write_null,
-    "boolean": _write_boolean,
-    "int": _write_int,
-    "long": _write_long,
-    "float": _write_float,
-    "double": _write_double,
-    "string": _write_string,
-    "bytes": _write_bytes,
-}
 
 
 def _accepts(kind: str, schema: Any) -> Callable[[Any], bool]:
@@ -205,7 +107,7 @@ class _Compiler:
     def kind_of(self, schema: Any, namespace: str) -> tuple[str, Any]:
         """(type name, schema) with named references resolved."""
         if isinstance(schema, str):
-            if schema in _PRIMITIVES:
+            if schema in PRIMITIVES:
                 return schema, schema
             for name in (self.fullname(schema, namespace), schema):
                 if name in self.named:
@@ -217,14 +119,14 @@ class _Compiler:
         if isinstance(schema, dict):
             kind = schema.get("type")
             if isinstance(kind, str):
-                if kind in ("record", "error", "enum", "fixed", "array", "map") or kind in _PRIMITIVES:
+                if kind in ("record", "error", "enum", "fixed", "array", "map") or kind in PRIMITIVES:
                     return ("record" if kind == "error" else kind), schema
                 return self.kind_of(kind, namespace)
             return self.kind_of(kind, namespace)
         raise Unsupported(f"schema {schema!r}")
 
     def compile(self, schema: Any, namespace: str) -> Write:
-        if isinstance(schema, str) and schema not in _PRIMITIVES:
+        if isinstance(schema, str) and schema not in PRIMITIVES:
             name = next(
                 (n for n in (self.fullname(schema, namespace), schema) if n in self.writers),
                 None,
@@ -236,7 +138,7 @@ class _Compiler:
                 return holder[0]
             return lambda out, value: holder[0](out, value)  # a record referring to itself
         if isinstance(schema, str):
-            return _PRIMITIVE_WRITERS[schema]
+            return PRIMITIVE_WRITERS[schema]
         if isinstance(schema, list):
             return self.union(schema, namespace)
         if not isinstance(schema, dict):
@@ -246,14 +148,14 @@ class _Compiler:
             return self.compile(kind, namespace)
         if not isinstance(kind, str):
             raise Unsupported(f"schema {schema!r}")
-        if kind in _PRIMITIVES:
+        if kind in PRIMITIVES:
             if kind == "bytes" and schema.get("logicalType") == "decimal":
                 precision = schema.get("precision")
                 scale = schema.get("scale", 0)
                 if not isinstance(precision, int) or not isinstance(scale, int):
                     raise Unsupported("decimal without integer precision/scale")
-                return _decimal_writer(precision, scale)
-            return _PRIMITIVE_WRITERS[kind]
+                return decimal_writer(precision, scale)
+            return PRIMITIVE_WRITERS[kind]
         if kind in ("record", "error"):
             return self.record(schema, namespace)
         if kind == "enum":
@@ -293,7 +195,7 @@ class _Compiler:
         def write(out: bytearray, value: Any) -> None:
             if type(value) is not str or value not in index:
                 raise Fallback
-            _varint(out, index[value])
+            varint(out, index[value])
 
         holder.append(write)
         return write
@@ -319,7 +221,7 @@ class _Compiler:
             if type(value) is not list and type(value) is not tuple:
                 raise Fallback
             if value:
-                _varint(out, len(value))
+                varint(out, len(value))
                 for item in value:
                     items(out, item)
             out.append(0)
@@ -333,9 +235,9 @@ class _Compiler:
             if type(value) is not dict:
                 raise Fallback
             if value:
-                _varint(out, len(value))
+                varint(out, len(value))
                 for key, item in value.items():
-                    _write_string(out, key)
+                    write_string(out, key)
                     values(out, item)
             out.append(0)
 
@@ -451,7 +353,7 @@ def _inline_kind(schema: Any) -> str | None:
         if schema.get("logicalType") == "decimal":
             return None
         schema = schema.get("type")
-    if isinstance(schema, str) and schema in _PRIMITIVES:
+    if isinstance(schema, str) and schema in PRIMITIVES:
         return schema
     return None
 
@@ -459,7 +361,7 @@ def _inline_kind(schema: Any) -> str | None:
 def _inline(kind: str, indent: str) -> list[str]:
     """Source lines writing the datum in ``x`` as ``kind`` (the primitive writers, inlined)."""
     if kind in ("int", "long"):
-        low, high = (_INT_MIN, _INT_MAX) if kind == "int" else (_LONG_MIN, _LONG_MAX)
+        low, high = (INT_MIN, INT_MAX) if kind == "int" else (LONG_MIN, LONG_MAX)
         lines = [
             f"if type(x) is not int or not {low} <= x <= {high}:",
             "    raise Fallback",
@@ -513,9 +415,9 @@ def _record_writer(fields: list[tuple[str, Any, Write]]) -> Write:
     """
     scope: dict[str, Any] = {
         "Fallback": Fallback,
-        "varint": _varint,
-        "pack_double": _DOUBLE,
-        "pack_float": _FLOAT,
+        "varint": varint,
+        "pack_double": DOUBLE,
+        "pack_float": FLOAT,
     }
     lines = ["def write(out, value):", "    if type(value) is not dict:", "        raise Fallback"]
     for i, (name, field_type, write_field) in enumerate(fields):

@@ -50,7 +50,7 @@ import pymysql.err
 
 from bridge.config import build
 from bridge.errors import ConfigError
-from bridge.producer.dsn import Dsn, parse_dsn
+from bridge.dsn import Dsn, parse_dsn
 from drainer.checkpoint.base import CheckpointError, CheckpointState, RetriableCheckpointError
 
 log = logging.getLogger(__name__)

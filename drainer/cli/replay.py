@@ -48,7 +48,7 @@ def time_to_ts(text: str, key: str, end: bool) -> int:
 
 
 def bounds(args: argparse.Namespace) -> tuple[int, int]:
-    from drainer.replay import MAX_TS
+    from drainer.relay.replay import MAX_TS
 
     if args.start_ts is not None and args.start_time is not None:
         raise UserError("--start-ts and --start-time: give one of them")
@@ -67,8 +67,8 @@ def bounds(args: argparse.Namespace) -> tuple[int, int]:
 
 def run(args: argparse.Namespace) -> int:
     from bridge.dsn import parse_dsn
-    from drainer.replay import replay
-    from drainer.sinks.sqlite import SQLiteSink
+    from drainer.relay.replay import replay
+    from drainer.sinks.sqlite.sink import SQLiteSink
 
     start, stop = bounds(args)
     target = parse_dsn(args.to)

@@ -29,7 +29,7 @@ from bridge.apps.consume.runner import Limits, run_apply
 from bridge.kafkaclient import schema_registry_client
 from drainer.app import serve
 from drainer.config import DrainerConfig, load_config
-from drainer.sinks.sqlite import SQLiteSink
+from drainer.sinks.sqlite.sink import SQLiteSink
 from tests.e2e.test_kafka_e2e import HANG_GUARD, kafka_spec
 from tests.e2e.test_pipeline import LOAD_TABLES, run_load
 

@@ -22,8 +22,8 @@ from bridge.proto import row_pb2
 from bridge.sink.contract import SinkContext
 from bridge.sink.events import DDLEvent, Event, RowChange, TxnEvent
 from bridge.tso import compose
-from drainer.sinks.kafka import KafkaSink
-from drainer.sinks.sqlite import SQLiteSink
+from drainer.sinks.kafka.sink import KafkaSink
+from drainer.sinks.sqlite.sink import SQLiteSink
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(120)]
 
@@ -114,6 +114,6 @@ def test_registry_encoded_topics_apply_in_order(
     assert len(got) == 50  # 50 inserted, 1 deleted, 1 inserted after the ALTER
     assert got[0] == (1, "renamed", "9.99", 7, None)
     # BIGINT UNSIGNED 2**64 - 3 went through Avro as decimal(20,0); the sqlite sink stores values
-    # >= 2**63 as two's complement (drainer/translator/sqlite.py)
+    # >= 2**63 as two's complement (drainer/sinks/sql/sqlite.py)
     assert got[1] == (3, "owner 3", "3.75", 2**64 - 3 - 2**64, None)
     assert got[-1] == (100, "late", "0.01", None, "after the ALTER")

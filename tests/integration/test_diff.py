@@ -15,7 +15,7 @@ import pytest
 from bridge.apps.diff import diff
 from bridge.dsn import Dsn, parse_dsn
 from bridge.sink.contract import SinkContext
-from drainer.sinks.sqlite import SQLiteSink
+from drainer.sinks.sqlite.sink import SQLiteSink
 from tests.support import all_types
 from tests.support.binlog_events import EventStream
 

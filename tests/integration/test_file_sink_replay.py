@@ -13,10 +13,10 @@ from bridge.proto import row_pb2
 from bridge.sink.contract import SinkContext
 from bridge.sink.events import Event, ResolvedEvent
 from bridge.tso import compose, physical_ms
-from drainer.binlogfile import RECORD_HEAD, list_files
-from drainer.replay import replay
-from drainer.sinks.file import FileSink
-from drainer.sinks.sqlite import SQLiteSink
+from drainer.relay.replay import replay
+from drainer.sinks.file.binlogfile import RECORD_HEAD, list_files
+from drainer.sinks.file.sink import FileSink
+from drainer.sinks.sqlite.sink import SQLiteSink
 from tests.support.binlog_events import EventStream, table_schema
 
 T = row_pb2.ColumnType

@@ -26,7 +26,7 @@ from bridge.sink.contract import SinkContext
 from bridge.sink.errors import SinkApplyError, SinkUnavailable
 from bridge.sink.events import Event, ResolvedEvent, TxnEvent
 from bridge.sink.schema import SchemaTracker
-from drainer.sinks.kafka import KafkaSink
+from drainer.sinks.kafka.sink import KafkaSink
 from tests.support.binlog_events import EventStream, table_schema
 
 pytestmark = pytest.mark.kafka

@@ -18,7 +18,7 @@ from bridge.sink.contract import SinkContext
 from bridge.sink.driver import SinkDriver
 from bridge.sink.errors import SinkUnavailable
 from bridge.sink.events import Event
-from drainer.sinks.kafka import KafkaSink
+from drainer.sinks.kafka.sink import KafkaSink
 from tests.support.binlog_events import EventStream, table_schema
 from tests.support.process import ChildProcess, free_port, wait_until
 
@@ -118,7 +118,7 @@ def test_an_outage_fails_flushes_until_the_broker_is_back_and_loses_nothing(
         assert flushed == first[-1].commit_ts
 
         broker.kill()
-        caplog.set_level(logging.WARNING, logger="drainer.sinks.kafka")
+        caplog.set_level(logging.WARNING, logger="drainer.sinks.kafka.sink")
         sink.write(second)  # queued in the producer
         with pytest.raises(SinkUnavailable, match=r"delivery .*failed: .*written again") as raised:
             sink.flush()
@@ -193,8 +193,8 @@ def test_a_producer_that_failed_fatally_is_replaced_at_the_next_write_and_nothin
         dead = sink.producer
         # librdkafka reports a fatal error (an idempotent producer fenced or out of sequence) through
         # its error callback; such a producer refuses every later produce() with _FATAL
-        sink._on_error(KafkaError(KafkaError._FATAL, "test: producer fenced", fatal=True))
-        caplog.set_level(logging.ERROR, logger="drainer.sinks.kafka")
+        sink.link.on_error(KafkaError(KafkaError._FATAL, "test: producer fenced", fatal=True))
+        caplog.set_level(logging.ERROR, logger="drainer.sinks.kafka.sink")
         driver.write(second)  # a new producer takes over instead of the write failing forever
         assert sink.producer is not dead
         assert "the producer failed fatally" in caplog.text

@@ -25,7 +25,7 @@ from bridge.sink.contract import SinkContext
 from bridge.sink.driver import SinkDriver
 from bridge.sink.errors import SinkApplyError
 from bridge.sink.events import Event, ResolvedEvent
-from drainer.sinks.mysql import MySQLSink
+from drainer.sinks.mysql.sink import MySQLSink
 from tests.support import all_types
 from tests.support.binlog_events import EventStream, table_schema
 from tests.support.mariadb_instance import MariaDBInstance
@@ -404,7 +404,8 @@ def test_killed_connections_mid_run_are_retried_and_the_rows_are_right(down: Dow
                 # Kill every connection of the sink from outside: workers hold open transactions
                 # (some changes committed by txn-rows, the rest not), the control connection idles.
                 ids = [w.connection_id for w in sink._workers if w.conn is not None]
-                ids += [sink._control.thread_id()] if sink._control is not None else []
+                control = sink._control.connection
+                ids += [control.thread_id()] if control is not None else []
                 for connection_id in ids:
                     try:
                         down.execute(f"KILL {int(connection_id)}")

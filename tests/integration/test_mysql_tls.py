@@ -20,7 +20,7 @@ from bridge.apps.diff.mysql_source import MySQLSource
 from bridge.apps.diff.sources import DiffSourceError
 from bridge.dsn import Dsn, parse_dsn
 from bridge.sink.errors import SinkApplyError
-from drainer.sinks.mysql_conn import ConnectSettings, translate_error
+from drainer.sinks.mysql.connection import ConnectSettings, translate_error
 from tests.support.mariadb_instance import MariaDBInstance
 from tests.support.process import free_port
 from tests.support.tls import self_signed_cert

@@ -13,8 +13,8 @@ from bridge.apps.diff import diff
 from bridge.dsn import Dsn, parse_dsn
 from bridge.proto import row_pb2
 from bridge.sink.events import RowChange
-from drainer.translator.mysql import MySQLDialect
-from drainer.translator.sql import Translator
+from drainer.sinks.sql.mysql import MySQLDialect
+from drainer.sinks.sql.sql import Translator
 from tests.support import all_types
 from tests.support.binlog_events import table_schema
 

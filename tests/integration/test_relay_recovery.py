@@ -21,11 +21,11 @@ import pytest
 from bridge.apps.demo import tomlfile
 from bridge.sink.contract import SinkContext
 from bridge.sink.events import Event
-from drainer.binlogfile import list_files
 from drainer.checkpoint import CheckpointState
 from drainer.checkpoint.file import FileCheckpoint
-from drainer.relay import RelaySink
-from drainer.sinks.sqlite import SQLiteSink
+from drainer.relay.sink import RelaySink
+from drainer.sinks.file.binlogfile import list_files
+from drainer.sinks.sqlite.sink import SQLiteSink
 from tests.support.binlog_events import EventStream, table_schema
 from tests.support.process import free_port
 from tests.support.recording_sink import RecordingSink

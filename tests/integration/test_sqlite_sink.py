@@ -14,7 +14,7 @@ from bridge.proto import row_pb2
 from bridge.sink.contract import SinkContext
 from bridge.sink.errors import SinkApplyError, SinkUnavailable
 from bridge.sink.events import ResolvedEvent
-from drainer.sinks.sqlite import SQLiteSink
+from drainer.sinks.sqlite.sink import SQLiteSink
 from tests.support import all_types
 from tests.support.binlog_events import EventStream, table_schema
 
@@ -231,10 +231,10 @@ def test_reopening_reattaches_databases_and_knows_schemas(tmp_path: Path) -> Non
 MILLION = r"""
 import json, resource, sys, time
 from pathlib import Path
-from drainer.merger import PulledTxn
-from drainer.pull import scan_header
+from drainer.collect.merger import PulledTxn
+from drainer.collect.pull import scan_header
 from bridge.sink.contract import SinkContext
-from drainer.sinks.sqlite import SQLiteSink
+from drainer.sinks.sqlite.sink import SQLiteSink
 from tests.support.binlog_events import EventStream, table_schema, T
 
 mode, rows, path = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3])

@@ -15,10 +15,10 @@ from bridge.binlog import BinlogType, TableMutationBuilder, ddl_prewrite, prewri
 from bridge.proto import row_pb2
 from bridge.sink.events import DDLEvent, Event, TxnEvent
 from bridge.sink.schema import SchemaTracker
-from drainer.builder import EventBuilder
-from drainer.filter import TableFilter
-from drainer.merger import PulledTxn
-from drainer.pull import scan_header
+from drainer.collect.merger import PulledTxn
+from drainer.collect.pull import scan_header
+from drainer.sync.builder import EventBuilder
+from drainer.sync.filter import TableFilter
 
 T = row_pb2.ColumnType
 Change = row_pb2.SchemaChange

@@ -8,7 +8,7 @@ import pytest
 
 from bridge.errors import ProtocolError
 from bridge.proto import row_pb2
-from drainer.binlogfile import (
+from drainer.sinks.file.binlogfile import (
     RECORD_HEAD,
     BinlogFileReader,
     BinlogFileWriter,

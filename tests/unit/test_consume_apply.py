@@ -14,7 +14,7 @@ from bridge.apps.consume.apply import Applier, ApplyError, SchemaBook, schema_ch
 from bridge.apps.consume.items import DDLItem, Ordered, RowItem, Where
 from bridge.errors import ConfigError
 from bridge.proto import row_pb2
-from drainer.sinks.sqlite import SQLiteSink
+from drainer.sinks.sqlite.sink import SQLiteSink
 
 T = row_pb2.ColumnType
 TOPIC = "bridge.shop.items"

@@ -9,10 +9,10 @@ from decimal import Decimal
 
 import pytest
 
-from bridge.cli import build_parser
-from bridge.cli.consume import check
 from bridge.apps.consume.items import DDLItem, EndItem, ResolvedItem, RowItem, TombstoneItem, Where
 from bridge.apps.consume.jsonout import item_dict, json_line, plain
+from bridge.cli import build_parser
+from bridge.cli.consume import check
 from bridge.errors import UserError
 from bridge.proto import row_pb2
 

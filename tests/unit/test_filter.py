@@ -8,7 +8,7 @@ from bridge.config import build
 from bridge.errors import ConfigError
 from bridge.proto import row_pb2
 from drainer.config import FilterConfig
-from drainer.filter import TableFilter, skip_hint
+from drainer.sync.filter import TableFilter, skip_hint
 
 Change = row_pb2.SchemaChange
 

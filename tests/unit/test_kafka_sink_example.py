@@ -13,7 +13,8 @@ from bridge.config import build
 from bridge.kafkaclient import redacted
 from bridge.sink.registry import build_sink
 from drainer.config import load_config
-from drainer.sinks.kafka import KafkaSink, KafkaSinkConfig
+from drainer.sinks.kafka.config import KafkaSinkConfig
+from drainer.sinks.kafka.sink import KafkaSink
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "docs" / "examples" / "drainer-kafka.toml"

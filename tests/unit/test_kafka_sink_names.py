@@ -6,7 +6,7 @@ import pytest
 
 from bridge.kafkaclient import redact_url, redacted
 from bridge.sink.errors import SinkApplyError
-from drainer.sinks.kafka_topics import TopicNames
+from drainer.sinks.kafka.topics import TopicNames
 
 
 def test_a_table_whose_topic_would_be_the_ddl_or_schemas_topic_is_refused_by_name() -> None:

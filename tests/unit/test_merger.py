@@ -11,8 +11,8 @@ import pytest
 from bridge.binlog import commit, ddl_prewrite, fake_binlog, prewrite
 from bridge.errors import ProtocolError
 from bridge.proto import binlog_pb2, pump_pb2, row_pb2
-from drainer.merger import MergeError, MergeFeed, Merger, PulledTxn
-from drainer.pull import SCAN_FROM_BYTES, entity_item, response_items, scan_header
+from drainer.collect.merger import MergeError, MergeFeed, Merger, PulledTxn
+from drainer.collect.pull import SCAN_FROM_BYTES, entity_item, response_items, scan_header
 from pump.wire import checksum
 
 

@@ -9,10 +9,11 @@ import pytest
 
 from bridge.proto import row_pb2
 from bridge.rowtemporal import MySQLDate, MySQLDateTime
-from drainer.sinks import mysql_batch
-from drainer.sinks.mysql_batch import Op, TableWriter, groups, literal_of, plan, units
-from drainer.translator.mysql import MySQLDialect
-from drainer.translator.sql import build_table_sql
+from drainer.sinks.mysql.batch import Op, groups, plan, units
+from drainer.sinks.mysql.translate import TableWriter, literal_of
+from drainer.sinks.mysql import batch as mysql_batch
+from drainer.sinks.sql.mysql import MySQLDialect
+from drainer.sinks.sql.sql import build_table_sql
 from tests.support.binlog_events import table_schema
 
 T = row_pb2.ColumnType

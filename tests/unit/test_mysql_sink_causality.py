@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from bridge.proto import row_pb2
-from drainer.sinks.mysql_causality import Causality, key_plan
+from drainer.sinks.mysql.causality import Causality, key_plan
 from tests.support.binlog_events import table_schema
 
 T = row_pb2.ColumnType

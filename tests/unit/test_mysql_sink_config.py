@@ -11,8 +11,8 @@ import pytest
 from bridge.errors import ConfigError
 from bridge.sink.errors import SinkApplyError, SinkUnavailable
 from drainer.config import config_from_dict
-from drainer.sinks.mysql import MySQLSink
-from drainer.sinks.mysql_conn import redact, translate_error
+from drainer.sinks.mysql.connection import redact, translate_error
+from drainer.sinks.mysql.sink import MySQLSink
 
 ROOT = Path(__file__).resolve().parents[2]
 

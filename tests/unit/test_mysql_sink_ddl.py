@@ -1,11 +1,11 @@
-"""MySQL DDL generated from SchemaChange (drainer/translator/mysql_ddl.py), no services."""
+"""MySQL DDL generated from SchemaChange (drainer/sinks/sql/mysql_ddl.py), no services."""
 
 from __future__ import annotations
 
 import pytest
 
 from bridge.proto import row_pb2
-from drainer.translator.mysql_ddl import MySQLDDL, column_type, default_clause, derived_type
+from drainer.sinks.sql.mysql_ddl import MySQLDDL, column_type, default_clause, derived_type
 
 T = row_pb2.ColumnType
 Change = row_pb2.SchemaChange

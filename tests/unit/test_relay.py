@@ -12,11 +12,12 @@ from bridge.proto import row_pb2
 from bridge.sink.contract import SinkContext
 from bridge.sink.events import DDLEvent, Event, ResolvedEvent
 from bridge.sink.schema import SchemaTracker
-from drainer.binlogfile import RECORD_HEAD, BinlogFileReader, iter_records, list_files
 from drainer.checkpoint import CheckpointState
 from drainer.checkpoint.file import FileCheckpoint
 from drainer.config import config_from_dict
-from drainer.relay import META_NAME, RelayError, RelaySink, read_cluster_id, recover
+from drainer.relay.recovery import recover
+from drainer.relay.sink import META_NAME, RelayError, RelaySink, read_cluster_id
+from drainer.sinks.file.binlogfile import RECORD_HEAD, BinlogFileReader, iter_records, list_files
 from tests.support.binlog_events import EventStream, table_schema
 from tests.support.recording_sink import SINK_TYPE, RecordingSink, read_records
 

@@ -13,10 +13,10 @@ from bridge.proto import binlog_pb2, row_pb2
 from bridge.rowcodec import RowCodec
 from bridge.sink.events import DDLEvent, TxnEvent
 from bridge.sink.schema import SchemaTracker, SchemaTrackError
-from drainer.builder import EventBuilder, HaltError
-from drainer.filter import TableFilter
-from drainer.merger import PulledTxn
-from drainer.pull import scan_header
+from drainer.collect.merger import PulledTxn
+from drainer.collect.pull import scan_header
+from drainer.sync.builder import EventBuilder, HaltError
+from drainer.sync.filter import TableFilter
 
 T = row_pb2.ColumnType
 Change = row_pb2.SchemaChange

@@ -12,10 +12,10 @@ from bridge.proto import row_pb2
 from bridge.rowdefaults import fill_value, implicit_default
 from bridge.rowtemporal import MySQLDate, MySQLDateTime
 from bridge.sink.events import RowChange
-from drainer.translator.dialect import Dialect
-from drainer.translator.sql import Translator, build_table_sql
-from drainer.translator.sqlite import SQLiteDialect, declared_type
-from drainer.translator.sqlite_ddl import SQLiteDDL, schema_from_names, sql_literal
+from drainer.sinks.sql.dialect import Dialect
+from drainer.sinks.sql.sql import Translator, build_table_sql
+from drainer.sinks.sql.sqlite import SQLiteDialect, declared_type
+from drainer.sinks.sql.sqlite_ddl import SQLiteDDL, schema_from_names, sql_literal
 from tests.support.binlog_events import table_schema
 
 T = row_pb2.ColumnType

@@ -80,7 +80,7 @@ _MYSQL_KINDS = {
     "mediumblob": "binary",
     "longblob": "binary",
 }
-# SQLite declared types: the sqlite sink's names (drainer/translator/sqlite.py) and
+# SQLite declared types: the sqlite sink's names (drainer/sinks/sql/sqlite.py) and
 # a SQLite upstream's (bridge/producer/sqlite_types.py), matched by their first word.
 _SQLITE_KINDS = {
     **_MYSQL_KINDS,

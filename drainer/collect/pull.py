@@ -1,0 +1,250 @@
+"""One PullBinlogs stream per pump, reconnecting until the pump is let go.
+
+A :class:`PumpPuller` asks its pump for everything after its source's
+position in the merge (:meth:`drainer.merger.MergeFeed.position`: the
+highest of the last transaction and the last watermark received) and feeds
+each stream message's entities to the merge. When the stream breaks (the
+pump restarted, was SIGKILLed, the network failed) it reconnects with
+backoff from the position it reached, so nothing is asked for twice except
+what a pump re-sends on its own, which the merger drops.
+
+An entity is read without parsing the whole binlog: :func:`scan_header`
+walks the top-level protobuf fields of the payload and notes where
+``prewrite_value`` lies, so a transaction of a million rows is held as one
+``bytes`` object until the sink decodes it. ``Entity.meta`` is used when
+present (this project's pumps set it); the original pump's entities carry
+only the payload, which is enough.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import google_crc32c
+import grpc
+from google.protobuf.message import DecodeError
+
+from bridge.binlog import Binlog, BinlogType
+from bridge.errors import ProtocolError
+from bridge.grpcutil import DEFAULT_MAX_MESSAGE_BYTES, SecurityConfig, aio_channel
+from bridge.proto import pump_pb2, pump_pb2_grpc
+from drainer import metrics
+from drainer.collect.merger import MergeFeed, PulledItem, PulledTxn
+
+log = logging.getLogger(__name__)
+
+INITIAL_BACKOFF = 0.1
+MAX_BACKOFF = 2.0
+ERROR_LOG_EVERY = 10.0  # seconds between repeated "cannot pull" warnings for one pump
+SCAN_FROM_BYTES = 64 << 10  # larger payloads are scanned, not parsed, so their rows are not copied
+
+_VARINT, _FIXED64, _LENGTH, _FIXED32 = 0, 1, 2, 5
+_TP, _START_TS, _COMMIT_TS, _PREWRITE_VALUE, _DDL_JOB_ID = 1, 2, 3, 5, 7
+
+
+@dataclass(frozen=True, slots=True)
+class BinlogHeader:
+    """The scalar fields of a serialized Binlog and where ``prewrite_value`` lies (None: not
+    located; the payload is small enough to parse again)."""
+
+    tp: int
+    start_ts: int
+    commit_ts: int
+    ddl_job_id: int
+    value_span: tuple[int, int] | None
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if pos >= len(data) or shift > 63:
+            raise ProtocolError("binlog payload: truncated or overlong varint")
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, pos
+        shift += 7
+
+
+def _int64(value: int) -> int:
+    value &= (1 << 64) - 1
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def scan_header(payload: bytes) -> BinlogHeader:
+    """Read the top-level fields of a serialized Binlog without copying its row data.
+
+    A payload up to :data:`SCAN_FROM_BYTES` is simply parsed (protobuf's C
+    parser beats a Python scan there) and its ``value_span`` is None: the
+    builder parses it again for its rows. A larger one is walked field by
+    field; the last value of a field wins, as in protobuf parsing (a pump
+    appends ``tp = Commit`` and ``commit_ts`` to the stored Prewrite).
+    Raises :class:`ProtocolError` for bytes that are not protobuf wire format.
+    """
+    if len(payload) <= SCAN_FROM_BYTES:
+        try:
+            binlog = Binlog.FromString(payload)
+        except DecodeError as exc:
+            raise ProtocolError(f"binlog payload: not a binlog.Binlog: {exc}") from None
+        return BinlogHeader(binlog.tp, binlog.start_ts, binlog.commit_ts, binlog.ddl_job_id, None)
+    scalars = {_TP: 0, _START_TS: 0, _COMMIT_TS: 0, _DDL_JOB_ID: 0}
+    span: tuple[int, int] | None = None
+    pos = 0
+    while pos < len(payload):
+        key, pos = _varint(payload, pos)
+        number, wire = key >> 3, key & 7
+        if wire == _VARINT:
+            value, pos = _varint(payload, pos)
+            if number in scalars:
+                scalars[number] = _int64(value)
+        elif wire == _LENGTH:
+            length, pos = _varint(payload, pos)
+            if pos + length > len(payload):
+                raise ProtocolError(f"binlog payload: field {number} runs past the end")
+            if number == _PREWRITE_VALUE:
+                span = (pos, pos + length)
+            pos += length
+        elif wire in (_FIXED64, _FIXED32):
+            pos += 8 if wire == _FIXED64 else 4
+        else:
+            raise ProtocolError(f"binlog payload: unsupported wire type {wire} in field {number}")
+    if pos != len(payload):
+        raise ProtocolError("binlog payload: truncated field")
+    return BinlogHeader(scalars[_TP], scalars[_START_TS], scalars[_COMMIT_TS], scalars[_DDL_JOB_ID], span)
+
+
+def entity_item(entity: pump_pb2.Entity, pump: str) -> PulledItem:
+    """A transaction or a watermark (int) from one Entity; :class:`ProtocolError` naming the pump."""
+    payload = entity.payload
+    if entity.checksum:
+        crc: int = google_crc32c.value(payload)
+        if crc.to_bytes(4, "big") != entity.checksum:
+            raise ProtocolError(
+                f"pump {pump}: entity at offset {entity.pos.offset} fails its CRC32C checksum"
+            )
+    header = scan_header(payload)
+    if header.tp == BinlogType.Rollback and header.start_ts == header.commit_ts > 0:
+        return header.commit_ts
+    if header.commit_ts <= header.start_ts or header.start_ts <= 0:
+        raise ProtocolError(
+            f"pump {pump}: pulled binlog (start_ts {header.start_ts}, commit_ts {header.commit_ts}) "
+            "is neither a committed transaction nor a watermark"
+        )
+    if entity.HasField("meta") and (entity.meta.commitTs, entity.meta.startTs) != (
+        header.commit_ts,
+        header.start_ts,
+    ):
+        raise ProtocolError(
+            f"pump {pump}: entity meta says commit_ts {entity.meta.commitTs}, "
+            f"its binlog says {header.commit_ts}"
+        )
+    return PulledTxn(header.start_ts, header.commit_ts, payload, header.ddl_job_id > 0, header.value_span)
+
+
+def response_items(response: pump_pb2.PullBinlogResp, pump: str) -> list[PulledItem]:
+    """The items of one stream message, whichever of ``entity``/``entities`` carries them."""
+    entities = list(response.entities)
+    if not entities and response.HasField("entity"):
+        entities = [response.entity]
+    return [entity_item(e, pump) for e in entities]
+
+
+@dataclass
+class PullerStatus:
+    """What ``/status`` shows of one pump's stream."""
+
+    addr: str
+    connected: bool = False
+    connects: int = 0
+    messages: int = 0
+    last_error: str = ""
+    last_error_at: float = 0.0
+
+
+class PumpPuller:
+    """Pulls one pump into the merge until cancelled; reconnects on any stream failure.
+
+    A :class:`ProtocolError` (an entity that is not a binlog, a checksum
+    that does not match) is not retried: :meth:`run` raises it, naming the pump.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        addr: str,
+        cluster_id: int,
+        feed: MergeFeed,
+        security: SecurityConfig | None = None,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    ) -> None:
+        self.name = name
+        self.status = PullerStatus(addr)
+        self._cluster_id = cluster_id
+        self._feed = feed
+        self._security = security
+        self._max_message_bytes = max_message_bytes
+        self._last_warning = 0.0
+
+    @property
+    def addr(self) -> str:
+        return self.status.addr
+
+    async def run(self) -> None:
+        backoff = INITIAL_BACKOFF
+        channel = aio_channel(self.addr, self._security, self._max_message_bytes)
+        try:
+            stub = pump_pb2_grpc.PumpStub(channel)  # type: ignore[no-untyped-call]
+            while True:
+                after = self._feed.position(self.name)
+                try:
+                    if await self._pull(stub, after):
+                        backoff = INITIAL_BACKOFF
+                except grpc.aio.AioRpcError as exc:
+                    self._failed(f"{exc.code().name}: {exc.details() or 'no details'}", after)
+                else:
+                    self._failed("the pump ended the stream", after)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, MAX_BACKOFF)
+        finally:
+            self.status.connected = False
+            await channel.close()
+
+    async def _pull(self, stub: Any, after: int) -> bool:
+        """One stream from ``after``; True if it delivered anything."""
+        request = pump_pb2.PullBinlogReq(clusterID=self._cluster_id, startFrom=pump_pb2.Pos(offset=after))
+        call = stub.PullBinlogs(request)
+        delivered = False
+        try:
+            async for response in call:
+                if not delivered:
+                    delivered = True
+                    self.status.connected = True
+                    self.status.connects += 1
+                    log.info("pulling pump %s at %s from commit_ts %d", self.name, self.addr, after)
+                items = response_items(response, self.name)
+                self.status.messages += 1
+                metrics.PULLED_MESSAGES.labels(self.name).inc()
+                self._feed.feed(self.name, items)
+                await self._feed.wait_room(self.name)
+        finally:
+            self.status.connected = False
+            call.cancel()
+        return delivered
+
+    def _failed(self, why: str, after: int) -> None:
+        self.status.last_error = why
+        self.status.last_error_at = time.time()
+        metrics.ERRORS.labels("pull").inc()
+        now = time.monotonic()
+        if now - self._last_warning >= ERROR_LOG_EVERY:
+            self._last_warning = now
+            log.warning(
+                "pump %s at %s: cannot pull from commit_ts %d: %s; retrying", self.name, self.addr, after, why
+            )
+        else:
+            log.debug("pump %s: pull failed again: %s", self.name, why)

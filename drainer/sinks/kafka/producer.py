@@ -1,0 +1,354 @@
+"""The kafka sink's producer: librdkafka's ``Producer``, its delivery reports and its failures.
+
+:class:`ProducerLink` owns the producer (idempotent, ``acks=all``) and
+produces each message into a :class:`~drainer.sinks.kafka.delivery.Batch` of
+the :class:`~drainer.sinks.kafka.delivery.DeliveryTracker`, which turns the
+reports into the acknowledged position. A full queue makes ``send`` wait
+(polling); a fatal producer error is recorded and the producer replaced
+before the next write (it delivers nothing more). Every librdkafka callback
+(delivery reports, errors, statistics) is only queued while librdkafka runs
+it and handled once ``poll``/``flush``/``close`` returned: inside librdkafka's
+serve loop a handler taking a lock (metrics, logging) was seen to leave it
+held for good when the producer failed fatally meanwhile.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
+
+from bridge.errors import ConfigError
+from bridge.kafkaclient import redacted
+from bridge.sink.errors import SinkApplyError, SinkError, SinkUnavailable
+from drainer.sinks.kafka import metrics
+from drainer.sinks.kafka.config import KafkaSinkConfig, producer_settings
+from drainer.sinks.kafka.delivery import Batch, DeliveryTracker, Failure
+from drainer.sinks.kafka.topics import TableTopics
+
+log = logging.getLogger(__name__)
+_RDKAFKA_LOG = logging.getLogger("drainer.sinks.kafka.librdkafka")  # librdkafka's own log lines
+
+Headers = list[tuple[str, str | bytes | None]]
+Report = Callable[[KafkaError | None, Message], None]
+
+# Delivery errors that retrying cannot mend.
+REFUSED = frozenset(
+    {
+        KafkaError.MSG_SIZE_TOO_LARGE,
+        KafkaError.INVALID_MSG_SIZE,
+        KafkaError.RECORD_LIST_TOO_LARGE,
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+        KafkaError.INVALID_RECORD,
+        KafkaError.INVALID_REQUIRED_ACKS,
+        KafkaError.INVALID_CONFIG,
+        KafkaError._INVALID_ARG,
+    }
+)
+# The topic (or a partition of it) is gone, e.g. a broker that lost it: look it up again.
+_UNKNOWN_TOPIC = frozenset(
+    {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION}
+)
+_LOG_EVERY = 10.0  # seconds between repeated warnings of one kind
+
+
+def message_size(key: bytes | None, value: bytes | None, headers: Headers) -> int:
+    """The bytes of a message as ``max-message-bytes`` counts them: key, value, header names and values."""
+    size = (0 if key is None else len(key)) + (0 if value is None else len(value))
+    for name, data in headers:
+        size += len(name) + (0 if data is None else len(data))
+    return size
+
+
+class Warnings:
+    """Warnings logged at most every few seconds per kind (outages repeat themselves)."""
+
+    def __init__(self) -> None:
+        self._warned: dict[str, float] = {}
+
+    def __call__(self, kind: str, message: str, *args: object) -> None:
+        now = time.monotonic()
+        if now - self._warned.get(kind, -_LOG_EVERY) >= _LOG_EVERY:
+            self._warned[kind] = now
+            log.warning(message, *args)
+
+
+class ProducerLink:
+    """The producer of one sink and what its reports say; see the module docstring."""
+
+    def __init__(
+        self, config: KafkaSinkConfig, tracker: DeliveryTracker, topics: TableTopics, warn: Warnings
+    ) -> None:
+        self.config = config
+        self.tracker = tracker
+        self.topics = topics
+        self.warn = warn
+        self.fatal: KafkaError | None = None
+        self.batch: Batch | None = None  # the batch being produced (see batch_of)
+        self.delivered: Counter[str] = Counter()  # acknowledged messages by kind (row, tombstone, ...)
+        self.on_acknowledged: Callable[[str, int, Message], None] | None = None
+        self._producer: Producer | None = None
+        self._pending: list[tuple[Callable[..., None], tuple[Any, ...]]] = []  # see later
+        self._since_poll = 0
+        self._retries_seen = 0
+        self._counted: dict[tuple[str, str], Any] = {}
+        self._bytes: dict[str, Any] = {}
+
+    # -- the producer ----------------------------------------------------------
+
+    @property
+    def producer(self) -> Producer:
+        if self._producer is None:
+            raise SinkError("kafka sink: not open")
+        return self._producer
+
+    @property
+    def started(self) -> bool:
+        return self._producer is not None
+
+    def start(self) -> None:
+        settings = producer_settings(self.config)
+        try:
+            self._producer = Producer(
+                {
+                    **settings,
+                    "error_cb": functools.partial(self.later, self.on_error),
+                    "stats_cb": functools.partial(self.later, self._on_stats),
+                    "logger": _RDKAFKA_LOG,
+                },
+            )
+        except KafkaException as exc:
+            raise ConfigError(
+                f"sink.kafka.producer: librdkafka refused the settings: {exc.args[0].str()}"
+            ) from None
+        log.info("kafka sink: producer settings %s", redacted(settings))
+
+    def replace(self) -> None:
+        """Drop a producer that failed fatally (it delivers nothing more) and start a new one."""
+        assert self.fatal is not None
+        log.error("kafka sink: the producer failed fatally (%s); starting a new one", self.fatal.str())
+        old, self._producer = self._producer, None
+        if old is not None:
+            self._discard(old)
+        self.fatal = None
+        self.start()
+
+    def close(self) -> None:
+        producer, self._producer = self._producer, None
+        if producer is None:
+            return
+        left = (
+            self.serve(producer.flush, min(self.config.delivery_timeout, 30.0)) if self.fatal is None else 1
+        )
+        if left:
+            log.warning("kafka sink: closing with messages undelivered (the drainer writes them again)")
+        self._discard(producer)
+
+    def _discard(self, producer: Producer) -> None:
+        """Drop a producer and whatever it still holds (its events are written again by the drainer)."""
+        try:
+            producer.purge()
+            producer.close()
+        except (KafkaException, RuntimeError, SystemError) as exc:  # SystemError: see serve
+            log.warning("kafka sink: closing the producer: %s", exc)
+        finally:
+            self._run_later()  # the purged messages' reports
+
+    # -- producing ------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def batch_of(self, commit_ts: int, what: str) -> Iterator[Batch]:
+        """The messages produced inside form one batch of the delivery tracker (the checkpoint waits
+        for all of them); an exception aborts it, naming ``what`` was being produced."""
+        batch = self.batch = self.tracker.begin(commit_ts)
+        try:
+            yield batch
+        except BaseException as exc:
+            self.tracker.abort(batch, f"producing the {what} was cut short: {exc}")
+            raise
+        finally:
+            self.batch = None
+        self.tracker.close(batch)
+
+    def produce(
+        self,
+        topic: str,
+        partition: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Headers,
+        kind: str,
+        size: int = -1,
+    ) -> None:
+        """Produce one message of the batch at hand; ``size``: its :func:`message_size`, if known."""
+        batch = self.batch
+        assert batch is not None
+        if size < 0:
+            size = message_size(key, value, headers)
+        report = functools.partial(self.later, self.on_delivery, batch, kind, size)
+        self.send(topic, partition, key, value, headers, report, batch)
+        self.tracker.sent(batch)
+
+    def send(
+        self,
+        topic: str,
+        partition: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Headers,
+        report: Report,
+        batch: Batch | None,
+    ) -> None:
+        """Hand one message to librdkafka, waiting (polling) while its queue is full."""
+        producer = self.producer
+        waited_since = 0.0
+        while True:
+            try:
+                producer.produce(topic, value, key, partition, on_delivery=report, headers=headers)
+                break
+            except BufferError:
+                now = time.monotonic()
+                waited_since = waited_since or now
+                if now - waited_since > self.config.delivery_timeout + 30.0:
+                    raise SinkUnavailable(
+                        f"kafka sink: {self.where(batch, topic)}: the producer queue stayed full for "
+                        f"{now - waited_since:.0f}s"
+                    ) from None
+                self.warn("queue", "kafka sink: producer queue full (%d messages); waiting", len(producer))
+                self.serve(producer.poll, 0.05)
+                if self.fatal is not None:
+                    raise SinkUnavailable(
+                        f"kafka sink: {self.where(batch, topic)}: the producer failed: {self.fatal.str()}"
+                    ) from None
+            except KafkaException as exc:
+                raise self._refused(exc.args[0], batch, topic) from None
+        self._since_poll += 1
+        if self._since_poll >= 256:
+            self._since_poll = 0
+            self.serve(producer.poll, 0)
+
+    def _refused(self, error: KafkaError, batch: Batch | None, topic: str) -> SinkError:
+        if error.fatal():
+            self.fatal = error  # the drainer's next write replaces the producer
+        where = self.where(batch, topic)
+        text = f"kafka sink: {where}: cannot produce to {topic}: {error.name()}: {error.str()}"
+        return SinkApplyError(text) if error.code() in REFUSED else SinkUnavailable(text)
+
+    def where(self, batch: Batch | None, topic: str) -> str:
+        if batch is None:
+            return f"topic {topic}"
+        return f"commit_ts {batch.commit_ts}: table {batch.table or self.topics.table_of(topic) or '-'}"
+
+    # -- reports ----------------------------------------------------------------------
+
+    def later(self, handler: Callable[..., None], *args: Any) -> None:
+        """Where every librdkafka callback lands; the handlers run in :meth:`serve` (module docstring)."""
+        self._pending.append((handler, args))
+
+    def _run_later(self) -> None:
+        while self._pending:
+            pending, self._pending = self._pending, []
+            for handler, args in pending:
+                handler(*args)
+
+    def serve(self, call: Callable[[float], int], timeout: float) -> int:
+        """``producer.poll``/``flush``: a fatal producer error (raised from there) is recorded, so that
+        the flush fails as retriable and a new producer is started; returns the call's result (0 then).
+        The callbacks the call served run right after it."""
+        try:
+            return call(timeout)
+        except (KafkaException, SystemError) as exc:
+            # confluent-kafka may raise a fatal error while it calls one of our callbacks; Python then
+            # reports the callback as having returned with an exception set (a SystemError from it)
+            cause = exc if isinstance(exc, KafkaException) else exc.__cause__ or exc.__context__
+            if not isinstance(cause, KafkaException):
+                raise
+            error: KafkaError = cause.args[0]
+            self.fatal = error if error.fatal() else self.fatal
+            self.tracker.fail(Failure(self.tracker.acked, "", "", f"{error.name()}: {error.str()}", True))
+            self.warn("fatal", "kafka sink: the producer reported %s: %s", error.name(), error.str())
+            return 0
+        finally:
+            self._run_later()
+
+    def on_delivery(
+        self, batch: Batch, kind: str, size: int, error: KafkaError | None, message: Message
+    ) -> None:
+        latency = message.latency()
+        if latency is not None:
+            metrics.DELIVERY_SECONDS.observe(latency)
+        topic = message.topic() or ""
+        if error is None:
+            self.count(topic, kind, size, 0 if kind == "schema" else batch.commit_ts, message)
+            self.tracker.delivered(batch)
+            return
+        self.delivery_error(error, topic, kind)
+        failure = Failure(
+            batch.commit_ts,
+            batch.table or self.topics.table_of(topic),
+            topic,
+            f"{error.name()}: {error.str()}",
+            retriable=error.code() not in REFUSED,
+        )
+        self.tracker.failed(batch, failure)
+
+    def delivery_error(self, error: KafkaError, topic: str, kind: str) -> None:
+        metrics.DELIVERY_ERRORS.labels(error.name()).inc()
+        if error.code() in _UNKNOWN_TOPIC:
+            self.topics.admin.forget(topic)  # made again before the next message to it
+        if error.fatal():
+            self.fatal = error
+        self.warn(
+            f"delivery:{error.name()}",
+            "kafka sink: a %s message to %s failed: %s: %s",
+            kind,
+            topic,
+            error.name(),
+            error.str(),
+        )
+
+    def count(self, topic: str, kind: str, size: int, ts: int, message: Message) -> None:
+        """An acknowledged message: metrics, ``delivered``, and ``on_acknowledged(kind, ts, message)``."""
+        counter = self._counted.get((topic, kind))
+        if counter is None:
+            counter = self._counted[(topic, kind)] = metrics.MESSAGES.labels(topic, kind)
+            self._bytes[topic] = metrics.BYTES.labels(topic)
+        counter.inc()
+        self._bytes[topic].inc(size)
+        self.delivered[kind] += 1
+        if self.on_acknowledged is not None:
+            self.on_acknowledged(kind, ts, message)
+
+    def on_error(self, error: KafkaError) -> None:
+        """librdkafka's error callback (queued by :meth:`later`)."""
+        if error.fatal():
+            self.fatal = error
+        if error.code() == KafkaError._ALL_BROKERS_DOWN:
+            self.warn(
+                "brokers",
+                "kafka sink: no broker of %s is reachable (%s); messages wait in the producer queue for up "
+                "to delivery-timeout (%gs) and the checkpoint does not move",
+                self.config.bootstrap_servers,
+                error.str(),
+                self.config.delivery_timeout,
+            )
+            return
+        self.warn(f"error:{error.name()}", "kafka sink: %s: %s", error.name(), error.str())
+
+    def _on_stats(self, stats_json: str) -> None:
+        try:
+            stats = json.loads(stats_json)
+            retries = sum(int(b.get("txretries", 0)) for b in stats.get("brokers", {}).values())
+        except (ValueError, TypeError, AttributeError):
+            return
+        if retries > self._retries_seen:
+            metrics.PRODUCER_RETRIES.inc(retries - self._retries_seen)
+        self._retries_seen = retries

@@ -1,0 +1,90 @@
+"""The ``[sink.mysql]`` table: :class:`MySQLSinkConfig` (every key in docs/configuration.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from bridge.dsn import Dsn, parse_dsn
+from bridge.errors import ConfigError
+
+PASSWORD_ENV = "BRIDGE_SINK_MYSQL_PASSWORD"  # noqa: S105 - the variable's name
+DEFAULT_SQL_MODE = "NO_AUTO_VALUE_ON_ZERO,STRICT_TRANS_TABLES,NO_ENGINE_SUBSTITUTION"
+
+
+@dataclass
+class MySQLSinkConfig:
+    dsn: str = field(
+        default="",
+        metadata={
+            "help": "downstream server, mysql://user[:password]@host:port/ (required; the password may "
+            "come from BRIDGE_SINK_MYSQL_PASSWORD instead)",
+            "secret": True,
+        },
+    )
+    worker_count: int = field(
+        default=16, metadata={"help": "worker threads (one connection each) for keyed tables"}
+    )
+    batch_rows: int = field(default=500, metadata={"help": "row changes per multi-row statement"})
+    txn_rows: int = field(
+        default=4096,
+        metadata={"help": "row changes a worker applies before it commits (also on every flush)"},
+    )
+    batch_updates: bool = field(
+        default=True,
+        metadata={
+            "help": "UPDATEs of tables with a key as one DELETE of the old keys + one multi-row INSERT "
+            "(several times faster; the row is rewritten whole, so columns only the downstream has get their "
+            "defaults); false: one UPDATE per row"
+        },
+    )
+    safe_mode: bool = field(
+        default=False,
+        metadata={"help": "always write in safe mode (INSERT as REPLACE, UPDATE as DELETE+REPLACE)"},
+    )
+    safe_mode_duration: float = field(
+        default=60.0, metadata={"duration": True, "help": "safe mode for this long after every start"}
+    )
+    retry_max: float = field(
+        default=10.0, metadata={"duration": True, "help": "cap of the backoff between reconnect attempts"}
+    )
+    connect_timeout: float = field(default=5.0, metadata={"duration": True, "help": "connect timeout"})
+    read_timeout: float = field(
+        default=600.0,
+        metadata={
+            "duration": True,
+            "help": "how long a statement's answer may take (0: no limit); DDL included",
+        },
+    )
+    write_timeout: float = field(default=60.0, metadata={"duration": True, "help": "socket write timeout"})
+    progress_schema: str = field(
+        default="bridge", metadata={"help": "database of the sink's progress table sink_progress"}
+    )
+    sql_mode: str = field(
+        default=DEFAULT_SQL_MODE,
+        metadata={"help": "session sql_mode of every connection (keep NO_AUTO_VALUE_ON_ZERO: id 0 stays 0)"},
+    )
+    foreign_key_checks: bool = field(
+        default=False,
+        metadata={"help": "session foreign_key_checks; off because workers apply tables out of order"},
+    )
+
+    def validate(self) -> None:
+        if not self.dsn:
+            raise ConfigError('sink.mysql.dsn: required, e.g. dsn = "mysql://bridge@127.0.0.1:3306/"')
+        parsed = parse_dsn(self.dsn, key="sink.mysql.dsn")
+        if not parsed.is_mysql:
+            raise ConfigError("sink.mysql.dsn: expected mysql://user[:password]@host:port/")
+        for key, value in (("worker-count", self.worker_count), ("batch-rows", self.batch_rows)):
+            if not 1 <= value <= 1024 * (1 if key == "worker-count" else 64):
+                raise ConfigError(f"sink.mysql.{key}: out of range, got {value}")
+        if self.txn_rows < 1:
+            raise ConfigError(f"sink.mysql.txn-rows: must be at least 1, got {self.txn_rows}")
+        if not self.progress_schema or "`" in self.progress_schema:
+            raise ConfigError("sink.mysql.progress-schema: a database name without backticks")
+        if "NO_BACKSLASH_ESCAPES" in self.sql_mode.upper():
+            raise ConfigError("sink.mysql.sql-mode: NO_BACKSLASH_ESCAPES is not supported (text is escaped)")
+        if self.read_timeout and self.read_timeout < 1:
+            raise ConfigError("sink.mysql.read-timeout: at least 1s (or 0 for no limit)")
+
+    def parsed_dsn(self) -> Dsn:
+        return parse_dsn(self.dsn, key="sink.mysql.dsn").with_password_from_env(PASSWORD_ENV)

@@ -1,0 +1,106 @@
+"""The MySQL sink's control connection (DDL runs on it) and its progress table.
+
+``<progress-schema>.sink_progress`` holds one row per (cluster, worker):
+the keyed workers' last committed commit_ts (what a replay must cover in
+safe mode), the keyless worker's ``(commit_ts, seq)`` (keyless changes at or
+below it are skipped: applied exactly once), and the last DDL applied (which
+also proves every earlier event applied). The control connection is
+autocommit and idles between DDLs, so it is pinged before each use.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from drainer.sinks.mysql.connection import ConnectSettings, close_quietly
+from drainer.sinks.sql.mysql_ddl import MySQLDDL, quote
+
+KEYLESS_WORKER = -1  # progress row of the keyless path
+DDL_WORKER = -2  # progress row of DDLs
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What ``sink_progress`` says the downstream applied for one cluster."""
+
+    keyless_done: tuple[int, int] = (0, 0)  # (commit_ts, seq) of the last keyless change
+    ddl_done: int = 0  # commit_ts of the last DDL
+    keyed_high: int = 0  # highest commit_ts a keyed worker committed
+
+
+class Control:
+    """The control connection of one sink; raises the driver's errors (``DB_ERRORS``) as they come."""
+
+    def __init__(self, settings: ConnectSettings, progress_schema: str) -> None:
+        self.settings = settings
+        self.progress_schema = progress_schema
+        self.progress_ref = f"{quote(progress_schema)}.`sink_progress`"
+        self.ddl = MySQLDDL("mariadb")  # until the server's version is known
+        self._conn: Any = None
+
+    def conn(self, ping_errors: tuple[type[BaseException], ...]) -> Any:
+        """The connection (made, or pinged when it exists; a failed ping makes a new one)."""
+        if self._conn is not None:
+            try:
+                self._conn.ping(reconnect=False)
+            except ping_errors:
+                self.drop()
+        if self._conn is None:
+            self._conn = self.settings.connect(autocommit=True)
+            with self._conn.cursor() as cur:
+                cur.execute("SELECT VERSION()")
+                version = str(cur.fetchone()[0]).lower()
+            flavor = "mariadb" if "mariadb" in version else "tidb" if "tidb" in version else "mysql"
+            self.ddl = MySQLDDL(flavor)
+        return self._conn
+
+    @property
+    def connected(self) -> bool:
+        return self._conn is not None
+
+    @property
+    def connection(self) -> Any:
+        """The connection as it is (None when there is none); no ping."""
+        return self._conn
+
+    def drop(self) -> None:
+        close_quietly(self._conn)
+        self._conn = None
+
+    def setup(self, conn: Any) -> None:
+        """The progress schema and table, when missing."""
+        with conn.cursor() as cur:
+            cur.execute(f"CREATE DATABASE IF NOT EXISTS {quote(self.progress_schema)}")
+            cur.execute(
+                f"CREATE TABLE IF NOT EXISTS {self.progress_ref} ("
+                "cluster_id BIGINT UNSIGNED NOT NULL, worker INT NOT NULL, "
+                "commit_ts BIGINT UNSIGNED NOT NULL, seq BIGINT NOT NULL DEFAULT 0, "
+                "updated_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6) "
+                "ON UPDATE CURRENT_TIMESTAMP(6), "
+                "PRIMARY KEY (cluster_id, worker)) DEFAULT CHARSET=utf8mb4"
+            )
+
+    def progress_sql(self) -> str:
+        """``(cluster_id, worker, commit_ts, seq)`` -> one progress row, inserted or updated."""
+        return (
+            f"INSERT INTO {self.progress_ref} (cluster_id, worker, commit_ts, seq) "  # noqa: S608 - quoted
+            "VALUES (%s, %s, %s, %s) ON DUPLICATE KEY UPDATE commit_ts = VALUES(commit_ts), seq = VALUES(seq)"
+        )
+
+    def load(self, conn: Any, cluster_id: int) -> Progress:
+        with conn.cursor() as cur:
+            cur.execute(
+                f"SELECT worker, commit_ts, seq FROM {self.progress_ref} WHERE cluster_id = %s",  # noqa: S608
+                (cluster_id,),
+            )
+            rows = cur.fetchall()
+        keyless, ddl, keyed = (0, 0), 0, 0
+        for worker, commit_ts, seq in rows:
+            if worker == KEYLESS_WORKER:
+                keyless = (int(commit_ts), int(seq))
+            elif worker == DDL_WORKER:
+                ddl = int(commit_ts)
+            else:
+                keyed = max(keyed, int(commit_ts))
+        return Progress(keyless, ddl, keyed)

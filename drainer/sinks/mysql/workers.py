@@ -1,0 +1,327 @@
+"""A worker of the MySQL sink: one thread, one connection, one downstream transaction at a time.
+
+The sink's dispatcher hands a worker lists of :class:`~drainer.sinks.mysql_batch.Unit`
+(its share of the row changes, in binlog order, already grouped and written as
+statement text by :func:`~drainer.sinks.mysql_batch.units`) and :class:`Barrier`
+jobs. The worker runs the units' statements inside one
+downstream transaction, commits every ``txn-rows`` row changes, and on a
+``commit`` barrier commits what it holds; a ``rollback`` barrier drops what
+is uncommitted (after a failure somewhere).
+
+With each commit the worker writes its progress row in the same transaction
+(``<progress-schema>.sink_progress``, keyed by cluster id and worker number):
+the highest commit_ts it applied and, on the keyless worker, the number of
+that transaction's keyless changes applied. After a restart the sink reads
+these rows to skip keyless changes already applied and to stay in safe mode
+until it has passed every commit_ts a worker may have committed.
+
+A deadlock, a lock wait timeout or a lost connection while applying (not
+while committing: then the outcome is unknown) makes the worker roll back and
+apply every change since its last commit again, up to ``LOCAL_RETRIES``
+times with a short backoff; the ops since the last commit are kept for that.
+Otherwise the first error a worker meets is kept (translated by
+:func:`~drainer.sinks.mysql_conn.translate_error`); the worker rolls back,
+drops a broken connection, discards further ops and reports the error at the
+next barrier. It connects lazily, with a capped backoff between attempts.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import pymysql
+
+from bridge.sink.errors import SinkApplyError, SinkError
+from drainer.sinks.mysql import metrics
+from drainer.sinks.mysql.batch import STATEMENT_BYTES, Batch, Unit
+from drainer.sinks.mysql.connection import Backoff, ConnectSettings, close_quietly, translate_error
+
+log = logging.getLogger(__name__)
+
+LOCAL_RETRIES = 5  # a worker applies its open transaction again this often before giving up
+DB_ERRORS = (pymysql.err.MySQLError, OSError)
+
+
+class Barrier:
+    """Every worker commits (or rolls back) what it holds; :meth:`wait` returns their errors."""
+
+    def __init__(self, action: str, parties: int) -> None:
+        self.action = action
+        self._left = parties
+        self._cond = threading.Condition()
+        self.errors: list[SinkError] = []
+
+    def done(self, error: SinkError | None) -> None:
+        with self._cond:
+            if error is not None:
+                self.errors.append(error)
+            self._left -= 1
+            if self._left <= 0:
+                self._cond.notify_all()
+
+    def wait(self) -> list[SinkError]:
+        with self._cond:
+            while self._left > 0:
+                self._cond.wait()
+        return self.errors
+
+
+class Worker(threading.Thread):
+    """See the module docstring. ``number`` is the progress row's worker column."""
+
+    def __init__(
+        self,
+        number: int,
+        settings: ConnectSettings,
+        *,
+        batch_rows: int,
+        txn_rows: int,
+        progress_sql: str,
+        cluster_id: int,
+        retry_max: float,
+        stop: threading.Event,
+        queue_size: int = 8,
+    ) -> None:
+        super().__init__(name=f"mysql-sink-worker-{number}", daemon=True)
+        self.number = number
+        self.settings = settings
+        self.batch_rows = batch_rows
+        self.txn_rows = txn_rows
+        self.progress_sql = progress_sql
+        self.cluster_id = cluster_id
+        self.jobs: queue.Queue[list[Unit] | Barrier | None] = queue.Queue(maxsize=queue_size)
+        self.error: SinkError | None = None
+        self.conn: Any = None
+        self.connection_id = 0
+        self._backoff = Backoff(retry_max, stop)
+        self._stop_event = stop
+        self._held: list[Unit] = []  # units applied (or being applied) since the last commit
+        self._pending = 0  # row changes in them
+        self._high_ts = 0  # highest commit_ts applied in the open transaction
+        self._seq = 0  # seq of the last op applied (keyless worker)
+        self._failing: Batch | None = None  # the batch of the statement running
+
+    # -- the thread -------------------------------------------------------
+
+    def run(self) -> None:
+        if self.number >= 0:  # keyed workers connect at once; the keyless one when first needed
+            try:
+                self._connection()
+            except DB_ERRORS as exc:
+                log.warning(
+                    "mysql sink worker %d: cannot connect yet: %s",
+                    self.number,
+                    translate_error(exc, "connect"),
+                )
+        while True:
+            job = self.jobs.get()
+            if job is None:
+                self._rollback()
+                close_quietly(self.conn)
+                self.conn = None
+                return
+            if isinstance(job, Barrier):
+                try:
+                    result = self._commit_barrier() if job.action == "commit" else self._rollback_barrier()
+                except Exception as exc:  # a barrier must always be answered
+                    log.exception("mysql sink worker %d: unexpected error at a barrier", self.number)
+                    result = SinkApplyError(f"{self._where(job.action)}: unexpected {type(exc).__name__}")
+                job.done(result)
+            elif self.error is None:
+                try:
+                    self._apply(job)
+                except Exception as exc:  # the thread must live to answer barriers
+                    log.exception("mysql sink worker %d: unexpected error", self.number)
+                    self.error = SinkApplyError(f"{self._where('apply')}: unexpected {type(exc).__name__}")
+                    self._abandon()
+                    self._held.clear()
+                    self._pending = 0
+
+    def _connection(self) -> Any:
+        if self.conn is None:
+            self._backoff.wait()
+            try:
+                self.conn = self.settings.connect(autocommit=False)
+            except BaseException:
+                self._backoff.failed()
+                raise
+            if self._backoff.failures:
+                log.info("mysql sink worker %d: reconnected to %s", self.number, self.settings.dsn.redacted())
+            self._backoff.succeeded()
+            self.connection_id = int(self.conn.thread_id())
+        return self.conn
+
+    def _apply(self, planned: Sequence[Unit]) -> None:
+        """Apply ``planned``; a deadlock, lock wait timeout or lost connection (outside COMMIT) rolls
+        the open transaction back and applies every unit since the last commit again, a few times."""
+        held = self._held
+        start = len(held)
+        held.extend(planned)
+        attempt = 0
+        while True:
+            try:
+                self._execute(start)
+                return
+            except _Failed as failed:
+                error = failed.error
+                self._abandon()
+                if (
+                    not error.retriable
+                    or failed.in_commit
+                    or attempt >= LOCAL_RETRIES
+                    or self._stop_event.is_set()
+                ):
+                    self.error = error
+                    held.clear()
+                    self._pending = 0
+                    return
+                attempt += 1
+                metrics.RETRIES.labels("worker").inc()
+                log.info(
+                    "%s; worker %d applies its %d uncommitted changes again (attempt %d)",
+                    error,
+                    self.number,
+                    sum(u.ops for u in held),
+                    attempt,
+                )
+                self._stop_event.wait(min(0.05 * 2**attempt, self._backoff.cap))
+                start = 0
+                self._pending = 0
+
+    def _execute(self, start: int) -> None:
+        """Run ``_held[start:]``, committing every ``txn-rows``; errors come out as :class:`_Failed`."""
+        held = self._held
+        index = start
+        self._failing = None
+        try:
+            conn = self._connection()
+            with conn.cursor() as cur:
+                for unit in held[start:]:
+                    self._run_unit(cur, unit)
+                    for (table, kind), count in unit.counts.items():
+                        metrics.ROWS.labels(table, kind).inc(count)
+                    index += 1
+                    self._pending += unit.ops
+                    self._high_ts = max(self._high_ts, unit.high_ts)
+                    self._seq = unit.seq
+                    if self._pending >= self.txn_rows:
+                        try:
+                            self._commit(conn)
+                        except DB_ERRORS as exc:
+                            raise _Failed(
+                                translate_error(exc, self._where("COMMIT")), in_commit=True
+                            ) from exc
+                        del held[:index]
+                        index = 0
+        except DB_ERRORS as exc:
+            batch = self._failing
+            if batch is not None:
+                where = f"mysql sink: commit_ts {batch.commit_ts_text}: table {batch.table.name}"
+                raise _Failed(translate_error(exc, where, batch.shape)) from exc
+            raise _Failed(translate_error(exc, self._where("connect"))) from exc
+        except (TypeError, ValueError, ArithmeticError, LookupError) as exc:
+            # A value the driver cannot bind, or a bug: never retried, never shown with its value.
+            log.exception("mysql sink worker %d: unexpected error", self.number)
+            batch = self._failing
+            where = (
+                f"mysql sink: commit_ts {batch.commit_ts_text}: table {batch.table.name}"
+                if batch is not None
+                else self._where("apply")
+            )
+            shape = f"; statement: {batch.shape}" if batch is not None else ""
+            raise _Failed(SinkApplyError(f"{where}: {type(exc).__name__} while applying{shape}")) from exc
+
+    def _where(self, what: str) -> str:
+        return f"mysql sink worker {self.number}: {what} ({self.settings.dsn.redacted()})"
+
+    def _run_unit(self, cur: Any, unit: Unit) -> None:
+        """A unit's statements in as few round trips as fit in STATEMENT_BYTES (multi-statements);
+        ``_failing`` names the batch whose statement failed."""
+        pending: list[Batch] = []
+        size = 0
+        for batch in unit.batches:
+            if pending and size + len(batch.sql) > STATEMENT_BYTES:
+                self._run(cur, pending)
+                pending, size = [], 0
+            pending.append(batch)
+            size += len(batch.sql) + 2
+        if pending:
+            self._run(cur, pending)
+
+    def _run(self, cur: Any, batches: list[Batch]) -> None:
+        started = time.perf_counter()
+        # Which batch each statement of the text belongs to, to name the one that fails.
+        owners = [b for b in batches for _ in range(b.rows if b.multi else 1)]
+        self._failing = owners[0]
+        cur.execute(";\n".join(b.sql for b in batches))  # literals only: no % formatting
+        for owner in owners[1:]:
+            self._failing = owner
+            cur.nextset()
+        while cur.nextset():  # nothing is left; kept so a miscount can never leave a result unread
+            pass
+        self._failing = None
+        metrics.STATEMENT_SECONDS.observe(time.perf_counter() - started)
+        for batch in batches:
+            metrics.BATCH_ROWS.observe(batch.rows)
+
+    def _commit(self, conn: Any) -> None:
+        """The progress row and COMMIT in one round trip; nothing when nothing was applied since the
+        last commit (an idle worker costs no round trip at a flush)."""
+        if not self._held:
+            return
+        started = time.perf_counter()
+        with conn.cursor() as cur:
+            progress = cur.mogrify(
+                self.progress_sql, (self.cluster_id, self.number, self._high_ts, self._seq)
+            )
+            cur.execute(progress + ";\nCOMMIT")
+            while cur.nextset():
+                pass
+        self._pending = 0
+        metrics.COMMIT_SECONDS.observe(time.perf_counter() - started)
+
+    def _commit_barrier(self) -> SinkError | None:
+        if self.error is not None:
+            return self.error
+        if self.conn is None:
+            return None
+        try:
+            self._commit(self.conn)
+        except DB_ERRORS as exc:
+            self.error = translate_error(exc, self._where("COMMIT"))
+            self._abandon()
+            self._held.clear()
+            return self.error
+        self._held.clear()
+        return None
+
+    def _rollback_barrier(self) -> SinkError | None:
+        self._rollback()
+        self.error = None
+        return None
+
+    def _rollback(self) -> None:
+        self._held.clear()
+        self._pending = 0
+        if self.conn is not None:
+            try:
+                self.conn.rollback()
+            except DB_ERRORS:
+                close_quietly(self.conn)
+                self.conn = None
+
+    def _abandon(self) -> None:
+        """After an error: roll back; a connection that failed is closed (reconnect lazily)."""
+        close_quietly(self.conn)  # closing discards the open transaction; safest after any failure
+        self.conn = None
+
+
+class _Failed(Exception):
+    def __init__(self, error: SinkError, in_commit: bool = False) -> None:
+        super().__init__(str(error))
+        self.error, self.in_commit = error, in_commit

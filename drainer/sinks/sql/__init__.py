@@ -1,0 +1,1 @@
+"""SQL translation shared by the SQL sinks (sqlite, mysql): dialects, row statements and DDL."""
