@@ -16,7 +16,8 @@ refused by name.
 Every pymysql connection of the project is opened by :meth:`Dsn.connect`
 (arguments: :meth:`Dsn.pymysql_args`), so each honours the DSN's host, port,
 user, password, ``charset``, ``connect_timeout``, ``unix_socket`` and TLS the
-same way.
+same way; SQLite files are opened by :func:`connect_sqlite` (or
+:meth:`Dsn.connect_sqlite`), read-only ones included.
 
 TLS, named as the MySQL clients name it (:meth:`Dsn.pymysql_tls` turns it
 into pymysql arguments):
@@ -46,9 +47,11 @@ password, and neither do ``str()``, ``repr()`` nor any error raised here.
 from __future__ import annotations
 
 import os
+import sqlite3
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
@@ -57,7 +60,15 @@ from bridge.errors import ConfigError
 if TYPE_CHECKING:
     import pymysql.connections
 
-__all__ = ["MYSQL_PARAMS", "PASSWORD_ENV", "SSL_MODES", "Dsn", "parse_dsn", "parse_mysql_dsn"]
+__all__ = [
+    "MYSQL_PARAMS",
+    "PASSWORD_ENV",
+    "SSL_MODES",
+    "Dsn",
+    "connect_sqlite",
+    "parse_dsn",
+    "parse_mysql_dsn",
+]
 
 PASSWORD_ENV = "BRIDGE_UPSTREAM_PASSWORD"  # noqa: S105 - the variable's name, not a password
 
@@ -184,6 +195,10 @@ class Dsn:
 
         return pymysql.connect(**self.pymysql_args(connect_timeout=connect_timeout, **extra))
 
+    def connect_sqlite(self, *, read_only: bool = False, **extra: Any) -> sqlite3.Connection:
+        """A new sqlite3 connection to this SQLite DSN's file; see :func:`connect_sqlite`."""
+        return connect_sqlite(self.path, read_only=read_only, **extra)
+
     def _load_tls(self, loader: Callable[..., None], name: str, *files: str | None) -> None:
         """``loader(*files)``, one of an SSLContext's; a failure is a ConfigError naming ``name``."""
         try:
@@ -214,6 +229,18 @@ def parse_dsn(text: str, *, key: str = "dsn") -> Dsn:
     if scheme in _MYSQL_SCHEMES:
         return _parse_mysql(text, key)
     raise ConfigError(f"{key}: unknown scheme {scheme!r}; expected sqlite: or mysql://")
+
+
+def connect_sqlite(path: str | Path, *, read_only: bool = False, **extra: Any) -> sqlite3.Connection:
+    """A new sqlite3 connection to the file at ``path``; sqlite3's errors pass through.
+
+    ``read_only`` opens it with ``mode=ro``: writes fail and a missing file is
+    an error instead of a new empty database. ``extra`` goes to
+    ``sqlite3.connect`` (``timeout``, ``isolation_level``, ``check_same_thread``, ...).
+    """
+    target = f"{Path(path).resolve().as_uri()}?mode=ro" if read_only else path
+    connection: sqlite3.Connection = sqlite3.connect(target, uri=read_only, **extra)
+    return connection
 
 
 def parse_mysql_dsn(text: str, *, key: str = "dsn") -> Dsn:

@@ -14,6 +14,7 @@ import sqlite3
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from bridge.dsn import connect_sqlite
 from pump.resolver_base import ResolverError, ResolverUnavailable, StatusTableMissing
 
 log = logging.getLogger(__name__)
@@ -58,9 +59,7 @@ class SQLiteStatusResolver:
             if self._conn is None:
                 if not self.path.exists():
                     raise ResolverUnavailable(f"upstream SQLite file {self.path} does not exist")
-                self._conn = sqlite3.connect(
-                    f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT
-                )
+                self._conn = connect_sqlite(self.path, read_only=True, timeout=BUSY_TIMEOUT)
             # The table name is validated config (a plain identifier), never input.
             row = self._conn.execute(
                 f'SELECT commit_ts FROM "{self._table}" WHERE start_ts = ?',  # noqa: S608

@@ -24,6 +24,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from bridge.dsn import connect_sqlite
 from bridge.producer import sqlite_types
 from bridge.producer.errors import UnsupportedSchema, UpstreamConflict, UpstreamError
 from bridge.producer.status import STATUS_TABLE
@@ -50,7 +51,7 @@ class SQLiteSession:
         self._write_lock = write_lock
         self._holding = False
         try:
-            self._conn = sqlite3.connect(
+            self._conn = connect_sqlite(
                 path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
             )
             self._conn.execute("PRAGMA journal_mode = WAL")

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
+import sqlite3
 import ssl
 from pathlib import Path
 
 import pytest
 
-from bridge.dsn import Dsn, parse_dsn
+from bridge.dsn import Dsn, connect_sqlite, parse_dsn, parse_mysql_dsn
 from bridge.errors import ConfigError
 from tests.support.tls import self_signed_cert
 
@@ -171,3 +173,47 @@ def test_contradictory_tls_parameters_are_refused_by_name(
         parse_dsn(text, key="sink.mysql.dsn")
     assert str(caught.value).startswith("sink.mysql.dsn: ")
     assert "hunter2" not in str(caught.value)
+
+
+def test_connect_sqlite_read_only_never_writes_nor_creates(tmp_path: Path) -> None:
+    path = tmp_path / "up.db"
+    with contextlib.closing(parse_dsn(f"sqlite://{path}").connect_sqlite(isolation_level=None)) as conn:
+        conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY)")
+    with contextlib.closing(connect_sqlite(path, read_only=True)) as conn:
+        assert conn.execute("SELECT count(*) FROM t").fetchone() == (0,)
+        with pytest.raises(sqlite3.OperationalError, match="readonly"):
+            conn.execute("INSERT INTO t VALUES (1)")
+    with pytest.raises(sqlite3.OperationalError):
+        connect_sqlite(tmp_path / "missing.db", read_only=True)
+    assert not (tmp_path / "missing.db").exists()
+
+
+def test_pymysql_args_carry_the_dsn_and_let_the_caller_add_or_replace() -> None:
+    dsn = parse_dsn(
+        "mysql://u:p%40ss@db.example:3307/shop?charset=latin1&connect_timeout=3&ssl-mode=disabled"
+    )
+    args = dsn.pymysql_args(connect_timeout=10, autocommit=True)
+    assert args == {
+        "host": "db.example",
+        "port": 3307,
+        "user": "u",
+        "password": "p@ss",
+        "database": "shop",
+        "charset": "latin1",
+        "unix_socket": None,
+        "connect_timeout": 3.0,  # the DSN's wins over the caller's default
+        "ssl_disabled": True,
+        "autocommit": True,
+    }
+    plain = parse_dsn("mysql://root@h/")
+    assert plain.pymysql_args(connect_timeout=7)["connect_timeout"] == 7.0
+    assert plain.pymysql_args()["charset"] == "utf8mb4"
+    assert plain.pymysql_args()["database"] is None
+    assert dsn.pymysql_args(database=None, password="other")["database"] is None
+    assert dsn.pymysql_args(password="other")["password"] == "other"
+
+
+def test_parse_mysql_dsn_refuses_sqlite_naming_the_key() -> None:
+    with pytest.raises(ConfigError, match=r"^resolver\.dsn: expected mysql://"):
+        parse_mysql_dsn("sqlite:///tmp/x.db", key="resolver.dsn")
+    assert parse_mysql_dsn("mariadb://root@h/db").database == "db"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from urllib.parse import quote, unquote
+from urllib.parse import unquote
 
 from bridge.apps.diff.normalize import sqlite_kind
 from bridge.apps.diff.sources import (
@@ -19,6 +19,7 @@ from bridge.apps.diff.sources import (
     quote_identifier,
     range_condition,
 )
+from bridge.dsn import connect_sqlite
 
 
 class SQLiteSource:
@@ -36,8 +37,9 @@ class SQLiteSource:
 
     def _conn(self, db: str) -> sqlite3.Connection:
         if db not in self._conns:
-            uri = "file:" + quote(str(self._files[db].resolve())) + "?mode=ro"
-            self._conns[db] = sqlite3.connect(uri, uri=True, timeout=30, check_same_thread=False)
+            self._conns[db] = connect_sqlite(
+                self._files[db], read_only=True, timeout=30, check_same_thread=False
+            )
         return self._conns[db]
 
     def _failed(self, exc: sqlite3.Error, what: str) -> DiffSourceError:
