@@ -17,7 +17,6 @@ import asyncio
 import concurrent.futures
 import contextlib
 import os
-import signal
 import sys
 from typing import Any
 
@@ -26,6 +25,7 @@ import grpc
 from bridge.grpcutil import add_port, channel_options
 from bridge.meta.client import MetaClient
 from bridge.proto import meta_pb2, pump_pb2, pump_pb2_grpc
+from bridge.startup import run_until_stopped
 
 NODE_ID = "bench-ceiling"
 
@@ -54,7 +54,7 @@ async def heartbeat(meta: MetaClient, status: meta_pb2.NodeStatus, cluster_id: i
         await asyncio.sleep(1.0)
 
 
-async def serve(args: argparse.Namespace) -> None:
+async def serve(args: argparse.Namespace, stop: asyncio.Event) -> None:
     fd = os.open(args.file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     server = grpc.aio.server(options=channel_options())
     pump_pb2_grpc.add_PumpServicer_to_server(AppendService(fd), server)  # type: ignore[no-untyped-call]
@@ -69,9 +69,6 @@ async def serve(args: argparse.Namespace) -> None:
         await meta.heartbeat(status, cluster_id)
         beating = asyncio.ensure_future(heartbeat(meta, status, cluster_id))
         print(f"ceiling ready: node_id={NODE_ID} addr={addr}", file=sys.stderr, flush=True)
-        stop = asyncio.Event()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            asyncio.get_running_loop().add_signal_handler(signum, stop.set)
         await stop.wait()
         beating.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -84,7 +81,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--meta", required=True, help="meta service address")
     parser.add_argument("--file", required=True, help="the file payloads are appended to")
-    asyncio.run(serve(parser.parse_args()))
+    args = parser.parse_args()
+    run_until_stopped(lambda stop: serve(args, stop))
 
 
 if __name__ == "__main__":
