@@ -49,8 +49,8 @@ import pymysql
 import pymysql.err
 
 from bridge.config import build
-from bridge.errors import ConfigError
 from bridge.dsn import Dsn, parse_dsn
+from bridge.errors import ConfigError
 from drainer.checkpoint.base import CheckpointError, CheckpointState, RetriableCheckpointError
 
 log = logging.getLogger(__name__)
