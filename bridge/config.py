@@ -222,6 +222,24 @@ def advertise_addr(addr: str, advertise: str, bound_port: int | None = None) -> 
     return join_host_port(host, port)
 
 
+def check_advertise_addr(addr: str, advertise: str, *, required: bool = True, when: str = "") -> str:
+    """Check ``addr`` and ``advertise-addr`` together; the host ``addr`` listens on.
+
+    A given ``advertise-addr`` must name a host others can dial and a port
+    (not a wildcard, not 0). When it is empty and ``addr`` listens on every
+    interface, nobody could be told where to dial, so it is required unless
+    ``required`` is false; ``when`` qualifies that message (``" with etcd"``).
+    """
+    host, _ = check_addr(addr, "addr")
+    if advertise:
+        adv_host, adv_port = check_addr(advertise, "advertise-addr")
+        if adv_host in WILDCARD_HOSTS or adv_port == 0:
+            raise ConfigError(f"advertise-addr: must name a reachable host and port, got {advertise!r}")
+    elif required and host in WILDCARD_HOSTS:
+        raise ConfigError(f"advertise-addr: required{when} when addr listens on {host or 'all hosts'}")
+    return host
+
+
 def join_host_port(host: str, port: int) -> str:
     """``host:port``, with brackets around an IPv6 host."""
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

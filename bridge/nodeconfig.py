@@ -9,7 +9,14 @@ its own defaults and help, and inherits these checks and derived values.
 
 from __future__ import annotations
 
-from bridge.config import WILDCARD_HOSTS, advertise_addr, check_addr, join_host_port, listen_addr
+from bridge.config import (
+    WILDCARD_HOSTS,
+    advertise_addr,
+    check_addr,
+    check_advertise_addr,
+    join_host_port,
+    listen_addr,
+)
 from bridge.errors import ConfigError
 from bridge.meta.client import split_addrs
 
@@ -26,15 +33,7 @@ class NodeAddressing:
 
     def validate_addressing(self) -> None:
         """``addr``, ``advertise-addr``, ``meta`` and ``status-addr``, errors naming the key."""
-        host, _ = check_addr(self.addr, "addr")
-        if self.advertise_addr:
-            adv_host, adv_port = check_addr(self.advertise_addr, "advertise-addr")
-            if adv_host in WILDCARD_HOSTS or adv_port == 0:
-                raise ConfigError(
-                    f"advertise-addr: must name a reachable host and port, got {self.advertise_addr!r}"
-                )
-        elif host in WILDCARD_HOSTS:
-            raise ConfigError(f"advertise-addr: required when addr listens on {host or 'all hosts'}")
+        check_advertise_addr(self.addr, self.advertise_addr)
         if not split_addrs(self.meta):
             raise ConfigError("meta: expected host:port[,host:port...], got an empty value")
         for member in split_addrs(self.meta):

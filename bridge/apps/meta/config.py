@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from bridge.config import WILDCARD_HOSTS, advertise_addr, check_addr, listen_addr
+from bridge.config import advertise_addr, check_advertise_addr, listen_addr
 from bridge.errors import ConfigError
 from bridge.grpcutil import SecurityConfig
 from bridge.meta.client import DEFAULT_ADDR
@@ -66,17 +66,7 @@ class MetaConfig:
     security: SecurityConfig = field(default_factory=SecurityConfig)
 
     def validate(self) -> None:
-        host, _ = check_addr(self.addr, "addr")
-        if self.advertise_addr:
-            adv_host, adv_port = check_addr(self.advertise_addr, "advertise-addr")
-            if adv_host in WILDCARD_HOSTS or adv_port == 0:
-                raise ConfigError(
-                    f"advertise-addr: must name a reachable host and port, got {self.advertise_addr!r}"
-                )
-        elif self.etcd and host in WILDCARD_HOSTS:
-            raise ConfigError(
-                f"advertise-addr: required with etcd when addr listens on {host or 'all hosts'}"
-            )
+        check_advertise_addr(self.addr, self.advertise_addr, required=bool(self.etcd), when=" with etcd")
         if self.status_addr:
             self.status_listen()
         if not self.data_dir and not self.etcd:
