@@ -35,11 +35,21 @@ class Backoff:
         if not 0 <= self.initial <= self.cap:
             raise ValueError(f"backoff: expected 0 <= initial <= cap, got {self.initial:g} and {self.cap:g}")
 
+    @property
+    def delay(self) -> float:
+        """The pause owed before the next attempt for the failures counted so far (0 after none).
+
+        For a loop that pauses lazily, just before its next attempt, rather than
+        right after the failure.
+        """
+        if not self.failures:
+            return 0.0
+        return min(self.initial * 2.0 ** min(self.failures - 1, _MAX_DOUBLINGS), self.cap)
+
     def next_delay(self) -> float:
         """Count one failure; the pause before the next attempt."""
-        delay = min(self.initial * 2.0 ** min(self.failures, _MAX_DOUBLINGS), self.cap)
         self.failures += 1
-        return delay
+        return self.delay
 
     def reset(self) -> None:
         """The last attempt succeeded: the next failure pauses ``initial`` again."""

@@ -16,6 +16,16 @@ def test_delays_double_from_initial_up_to_the_cap() -> None:
     assert backoff.failures == 5
 
 
+def test_delay_is_what_the_failures_so_far_owe() -> None:
+    backoff = Backoff(initial=0.1, cap=0.3)
+    assert backoff.delay == 0.0
+    backoff.next_delay()
+    assert backoff.delay == pytest.approx(0.1)
+    backoff.next_delay()
+    backoff.next_delay()
+    assert backoff.delay == pytest.approx(0.3)
+
+
 def test_reset_starts_over_after_a_success() -> None:
     backoff = Backoff(initial=0.05, cap=1.0)
     backoff.next_delay()
