@@ -21,11 +21,11 @@ from typing import Any
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-from bridge.apps.demo.cluster import DRAINER, Cluster
-from bridge.apps.diff import diff
 from bridge.apps.consume.apply import Applier
 from bridge.apps.consume.reader import ChangeReader
 from bridge.apps.consume.runner import Limits, run_apply
+from bridge.apps.demo.cluster import DRAINER, Cluster
+from bridge.apps.diff import diff
 from bridge.kafkaclient import schema_registry_client
 from drainer.app import serve
 from drainer.config import DrainerConfig, load_config
