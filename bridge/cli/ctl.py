@@ -1,14 +1,21 @@
-"""``binlog-bridge ctl``: ask the meta service for timestamps, nodes and status."""
+"""``binlog-bridge ctl``: ask the meta service for timestamps, nodes and status.
+
+Listings (``nodes``, ``drainers``, ``status``) take ``--output json`` for
+scripts: a JSON array of nodes (an object for ``status``) on stdout, one
+key per column. State changes verify the node's identity first
+(:mod:`bridge.cli.nodectl`).
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
 import time
 from typing import Any
 
-from bridge.cli.nodectl import STATE_ACTIONS, find_node, post_state
+from bridge.cli.nodectl import STATE_ACTIONS, answers_as_itself, find_node, post_state
 from bridge.errors import UserError
 from bridge.grpcutil import SecurityConfig
 from bridge.meta.client import DEFAULT_ADDR, MetaClient
@@ -18,11 +25,13 @@ from bridge.tso import to_datetime
 
 KIND_CHOICES = {name: kind for kind, name in KIND_NAMES.items()}
 OFFLINE_HELP = """\
-Register a pump that is gone for good (its disk lost, its host retired) as
-OFFLINE, so drainers stop holding their merge for it. A live pump is closed
-with `ctl close` instead, which waits until drainers have everything; this
-command refuses a pump whose heartbeat is alive. Binlogs only that pump held
-and no drainer pulled are given up: drainers let it go at once.
+Register a node that is gone for good (its disk lost, its host retired) as
+OFFLINE. A pump: drainers stop holding their merge for it; binlogs only that
+pump held and no drainer pulled are given up (drainers let it go at once). A
+drainer: closing pumps and pump GC stop waiting for its checkpoint. A live
+node is closed with `ctl close` instead; this command refuses a node whose
+heartbeat is alive or that still answers as itself at its status address,
+and needs --yes.
 """
 OFFLINE_TTL_MS = 1000  # the record written here is not a sign of life: let it expire quickly
 NODE_COLUMNS = (
@@ -61,22 +70,30 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--ssl-key", default="", help="client private key for TLS")
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     actions.add_parser("tso", help="print one fresh timestamp")
-    nodes = actions.add_parser("nodes", help="list registered pumps and drainers")
+    nodes = _listing(actions, "nodes", "list registered pumps and drainers")
     nodes.add_argument("--kind", choices=sorted(KIND_CHOICES), help="only this kind of node")
-    actions.add_parser("status", help="show the meta member answering, the leader and the cluster id")
-    actions.add_parser("drainers", help="list drainers with their checkpoints and lag")
+    _listing(actions, "status", "show the meta member answering, the leader and the cluster id")
+    _listing(actions, "drainers", "list drainers with their checkpoints and lag")
     for action, help_text in STATE_ACTIONS.items():
         state = actions.add_parser(action, help=help_text)
         state.add_argument("node_id", help="the node's registry id (see `ctl nodes`)")
     offline = actions.add_parser(
         "offline",
-        help="register a dead pump OFFLINE so drainers stop waiting for it (loses what it never served)",
+        help="register a dead pump or drainer OFFLINE so nothing waits for it (see its --help)",
         description=OFFLINE_HELP,
     )
-    offline.add_argument("node_id", help="the dead pump's registry id (see `ctl nodes`)")
-    offline.add_argument("--yes", action="store_true", help="confirm: binlogs only it holds are given up")
+    offline.add_argument("node_id", help="the dead node's registry id (see `ctl nodes`)")
+    offline.add_argument("--yes", action="store_true", help="confirm: nothing will wait for this node again")
     parser.set_defaults(func=run)
     return parser
+
+
+def _listing(actions: Any, name: str, help_text: str) -> argparse.ArgumentParser:
+    listing: argparse.ArgumentParser = actions.add_parser(name, help=help_text)
+    listing.add_argument(
+        "--output", choices=("table", "json"), default="table", help="table (default) or json for scripts"
+    )
+    return listing
 
 
 def run(args: argparse.Namespace) -> int:
@@ -89,50 +106,109 @@ async def _run(args: argparse.Namespace, security: SecurityConfig) -> int:
     async with MetaClient(args.meta, security, timeout=args.timeout) as client:
         if args.action == "tso":
             print(await client.get_timestamp())
-        elif args.action == "nodes":
-            kind = KIND_CHOICES[args.kind] if args.kind else meta_pb2.NODE_KIND_UNSPECIFIED
-            response = await client.list_nodes(kind)
-            for error in response.errors:
-                print(f"warning: {error}", file=sys.stderr)
-            print_table([node_row(n) for n in response.nodes])
-        elif args.action == "drainers":
-            response = await client.list_nodes(meta_pb2.DRAINER)
-            print_table([drainer_row(n, time.time()) for n in response.nodes], DRAINER_COLUMNS)
+        elif args.action in ("nodes", "drainers"):
+            await list_nodes(client, args)
         elif args.action == "offline":
-            await mark_offline(client, args.node_id, args.yes)
+            await mark_offline(client, args.node_id, args.yes, security)
         elif args.action in STATE_ACTIONS:
             node = await find_node(client, args.node_id)
-            reply = post_state(node, args.action, security)
+            reply = post_state(node, args.action, await client.cluster_id(), security)
             print(f"{args.node_id}: {args.action} accepted; state now {reply.get('state', '?')}")
         else:
-            status = await client.status()
-            print(f"member:     {status.member_id}")
-            print(f"leader:     {'yes' if status.is_leader else 'no'} ({status.leader_addr or 'unknown'})")
-            print(f"backend:    {status.backend}")
-            print(f"cluster id: {status.cluster_id}")
+            print_status(await client.status(), args.output)
     return 0
 
 
-async def mark_offline(client: MetaClient, node_id: str, confirmed: bool) -> None:
+async def list_nodes(client: MetaClient, args: argparse.Namespace) -> None:
+    """``ctl nodes`` / ``ctl drainers``: a table, or a JSON array of nodes with ``--output json``."""
+    if args.action == "drainers":
+        kind = meta_pb2.DRAINER
+    else:
+        kind = KIND_CHOICES[args.kind] if args.kind else meta_pb2.NODE_KIND_UNSPECIFIED
+    response = await client.list_nodes(kind)
+    for error in response.errors:
+        print(f"warning: {error}", file=sys.stderr)
+    now = time.time()
+    if args.output == "json":
+        rows = [node_json(n, now) for n in response.nodes]
+        print(json.dumps(rows, indent=1))
+    elif args.action == "drainers":
+        print_table([drainer_row(n, now) for n in response.nodes], DRAINER_COLUMNS)
+    else:
+        print_table([node_row(n) for n in response.nodes])
+
+
+def print_status(status: meta_pb2.StatusResponse, output: str) -> None:
+    if output == "json":
+        fields = ("member_id", "is_leader", "leader_addr", "backend", "cluster_id")
+        print(json.dumps({name: getattr(status, name) for name in fields}, indent=1))
+        return
+    print(f"member:     {status.member_id}")
+    print(f"leader:     {'yes' if status.is_leader else 'no'} ({status.leader_addr or 'unknown'})")
+    print(f"backend:    {status.backend}")
+    print(f"cluster id: {status.cluster_id}")
+
+
+async def mark_offline(client: MetaClient, node_id: str, confirmed: bool, security: SecurityConfig) -> None:
+    """``ctl offline``: register a pump or drainer that is gone for good OFFLINE (see OFFLINE_HELP)."""
     node = await find_node(client, node_id)
-    if node.kind != meta_pb2.PUMP:
-        raise UserError(f"{node_id} is not a pump; only a dead pump is marked offline by hand")
-    if node.is_alive:
-        raise UserError(f"pump {node_id} is alive: close it with `binlog-bridge ctl close {node_id}`")
+    kind = KIND_NAMES.get(node.kind, "node")
     if node.state == meta_pb2.OFFLINE:
         print(f"{node_id}: already offline")
         return
-    if not confirmed:
+    if node.is_alive:
         raise UserError(
-            f"pump {node_id} would be let go with whatever it holds unpulled; add --yes to confirm"
+            f"{kind} {node_id} is alive (its last heartbeat is within its ttl): "
+            f"close it with `binlog-bridge ctl close {node_id}`, or retry once it is gone"
         )
+    if answers_as_itself(node, await client.cluster_id(), security):
+        raise UserError(
+            f"{kind} {node_id} still answers at {node.status_addr}: "
+            f"close it with `binlog-bridge ctl close {node_id}`"
+        )
+    if not confirmed:
+        lost = (
+            "whatever it holds unpulled is given up" if node.kind == meta_pb2.PUMP else "its sink stops here"
+        )
+        raise UserError(f"{kind} {node_id} would be let go for good ({lost}); add --yes to confirm")
     record = meta_pb2.NodeStatus()
     record.CopyFrom(node)
     record.state = meta_pb2.OFFLINE
-    record.max_commit_ts = 0  # nothing left to drain: drainers let it go at once
+    if node.kind == meta_pb2.PUMP:
+        record.max_commit_ts = 0  # nothing left to drain: drainers let it go at once
     record.ttl_ms = OFFLINE_TTL_MS
     await client.heartbeat(record)
-    print(f"{node_id}: registered offline; drainers stop waiting for it")
+    waiting = "drainers stop waiting for it" if node.kind == meta_pb2.PUMP else "pumps stop waiting for it"
+    print(f"{node_id}: registered offline; {waiting}")
+
+
+def _iso(ts: int) -> str | None:
+    return to_datetime(ts).isoformat() if ts else None
+
+
+def node_json(node: meta_pb2.NodeStatus, now: float) -> dict[str, object]:
+    """One node for ``--output json``: the registry's fields, times also as ISO 8601 (UTC).
+
+    For a drainer ``max_commit_ts`` is its checkpoint; ``lag_seconds`` is how
+    far that is behind ``now`` (None without a checkpoint).
+    """
+    when = to_datetime(node.max_commit_ts) if node.max_commit_ts else None
+    return {
+        "kind": KIND_NAMES.get(node.kind, "?"),
+        "node_id": node.node_id,
+        "addr": node.addr,
+        "status_addr": node.status_addr or None,
+        "state": STATE_NAMES.get(node.state, "?"),
+        "alive": node.is_alive,
+        "score": node.score,
+        "label": node.label or None,
+        "max_commit_ts": node.max_commit_ts,
+        "max_commit_time": when.isoformat() if when else None,
+        "lag_seconds": round(max(now - when.timestamp(), 0.0), 3) if when else None,
+        "update_ts": node.update_ts,
+        "last_heartbeat": _iso(node.update_ts),
+        "ttl_ms": node.ttl_ms,
+    }
 
 
 def node_row(node: meta_pb2.NodeStatus) -> tuple[str, ...]:
