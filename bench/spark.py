@@ -187,4 +187,5 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "name": "spark", "value": round(best_spark), "unit": "rows/s", "ceiling": round(best_loop),
         "ratio": round(best_spark / best_loop, 3), "rows": args.rows, "partitions": args.partitions,
         "batch": args.batch, "master": args.master, "session_seconds": round(session_seconds, 1),
+        "load_avg": [round(x, 2) for x in os.getloadavg()],
     }  # fmt: skip
