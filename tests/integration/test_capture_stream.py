@@ -218,7 +218,13 @@ def test_a_snapshot_stopped_halfway_is_taken_again_after_emptying_what_it_announ
     cluster: Cluster, tmp_path: Path, unique_name: str, captures: list[CaptureProcess]
 ) -> None:
     db = unique_name
-    cluster.sql("", f"CREATE DATABASE `{db}`", f"CREATE TABLE `{db}`.big (id INT PRIMARY KEY, v VARCHAR(20))")
+    cluster.sql(
+        "",
+        f"CREATE DATABASE `{db}`",
+        f"CREATE TABLE `{db}`.big (id INT PRIMARY KEY, v VARCHAR(20))",
+        f"CREATE TABLE `{db}`.a_gone (id INT PRIMARY KEY)",  # announced and copied first
+        f"INSERT INTO `{db}`.a_gone VALUES (1)",
+    )
     for first in range(0, 6000, 1000):
         values = ", ".join(f"({i}, 'v{i}')" for i in range(first, first + 1000))
         cluster.sql(db, f"INSERT INTO big VALUES {values}")
@@ -230,13 +236,24 @@ def test_a_snapshot_stopped_halfway_is_taken_again_after_emptying_what_it_announ
     assert capture.stop() == 0  # SIGTERM: stops between two chunks
     assert "capture streaming from" not in child.output
     cluster.sql(db, "DELETE FROM big WHERE id < 100", "UPDATE big SET v = 'later' WHERE id >= 5900")
+    cluster.sql(
+        db, "ALTER TABLE big ADD COLUMN w INT", "UPDATE big SET w = id WHERE id < 200", "DROP TABLE a_gone"
+    )
     capture.start()
     assert "truncated downstream" in capture.child.output
     capture.wait_caught_up()
     model, binlogs = replay(cluster.meta_addr, [cluster.pump], since)
     assert model_rows(model, db, "big") == source_rows(cluster.source, db, "big")
-    kinds = [B.read_schema_change(b).kind for b in binlogs if B.is_ddl(b)]
-    assert kinds == [Change.CREATE_TABLE, Change.TRUNCATE_TABLE]
+    kinds = [(B.read_schema_change(b).kind, B.read_schema_change(b).table) for b in binlogs if B.is_ddl(b)]
+    # where the SIGTERM landed decides what the first attempt announced; the second empties
+    # exactly that, drops what is gone and brings what changed up to date (ALTER) or announces it
+    restart = kinds.index(next(k for k in kinds if k[0] == Change.TRUNCATE_TABLE))
+    announced = {table for kind, table in kinds[:restart] if kind == Change.CREATE_TABLE}
+    assert announced and set(kinds[:restart]) == {(Change.CREATE_TABLE, t) for t in announced}
+    assert set(kinds[restart : restart + len(announced)]) == {(Change.TRUNCATE_TABLE, t) for t in announced}
+    later = kinds[restart + len(announced) :]
+    assert ((Change.DROP_TABLE, "a_gone") in later) == ("a_gone" in announced)
+    assert (Change.ALTER_TABLE if "big" in announced else Change.CREATE_TABLE, "big") in later
     assert capture.stop() == 0
 
 

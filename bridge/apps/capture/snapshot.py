@@ -124,6 +124,7 @@ class Snapshot:
                     session.execute("UNLOCK TABLES")
             log.info("snapshot at %s", position.describe())
             self._journal.snapshot("running", position)
+            self._drop_gone({qualified(db, t) for db, t, _ in tables}, position)
             for db, table, create_sql in tables:
                 schema = self._announce(db, table, create_sql, position)
                 self._copy(session, upstream, schema, position)
@@ -147,16 +148,25 @@ class Snapshot:
             self._emitter.ddl(sql, _fixed(change, updates), position)
             log.info("snapshot restarted: %s truncated downstream", name)
 
+    def _drop_gone(self, live: set[str], position: Position) -> None:
+        """A table an interrupted attempt announced that no longer exists: DROP_TABLE."""
+        for name, schema in self._catalog.schemas().items():
+            if name not in live:
+                change = row_pb2.SchemaChange(kind=Kind.DROP_TABLE, db=schema.db, table=schema.table)
+                sql = f"DROP TABLE `{schema.db}`.`{schema.table}`"
+                self._emitter.ddl(sql, _fixed(change, {name: None}), position)
+
     def _announce(self, db: str, table: str, create_sql: str, position: Position) -> row_pb2.TableSchema:
-        known = self._catalog.get(db, table)
-        if known is not None:
-            return known.schema
+        """CREATE_TABLE for a new table; for one an interrupted attempt announced, ALTER_TABLE when
+        its definition changed since (the rows copied next have the new columns)."""
+        known = self._catalog.get(db, table) is not None
 
         def change_for(start_ts: int) -> tuple[row_pb2.SchemaChange, dict[str, row_pb2.TableSchema | None]]:
-            ddl = self._catalog.created(db, table, start_ts, create_sql)
+            ddl = self._catalog.created(db, table, start_ts, create_sql, keep_id=known)
             return ddl.change, ddl.updates
 
-        self._emitter.ddl(create_sql, change_for, position)
+        if not known or self._catalog.changed(db, table, create_sql):
+            self._emitter.ddl(create_sql, change_for, position)
         entry = self._catalog.get(db, table)
         assert entry is not None
         return entry.schema

@@ -28,7 +28,7 @@ from bridge.apps.capture.errors import SchemaMismatch
 from bridge.apps.capture.shadow import Shadow
 from bridge.apps.capture.values import RowConverter
 from bridge.dsn import Dsn
-from bridge.producer.catalog import assign_ids
+from bridge.producer.catalog import assign_ids, without_ids
 from bridge.producer.ddlparse import DdlStatement, Kind, parse_ddl
 from bridge.producer.errors import UnsupportedSchema
 from bridge.producer.mysql import MySQLSession, MySQLUpstream
@@ -149,18 +149,30 @@ class TableCatalog:
                     found.append((db, str(table)))
         return found
 
-    def created(self, db: str, table: str, table_id: int, create_sql: str | None = None) -> DdlChange:
+    def created(
+        self, db: str, table: str, table_id: int, create_sql: str | None = None, *, keep_id: bool = False
+    ) -> DdlChange:
         """A CREATE_TABLE announcing an existing table under the id ``table_id``; its shadow is made
-        from ``create_sql`` (``SHOW CREATE TABLE`` read earlier) or from the table as it is now."""
+        from ``create_sql`` (``SHOW CREATE TABLE`` read earlier) or from the table as it is now.
+        With ``keep_id`` the table is known already: an ALTER_TABLE to that definition, ids kept."""
         self.shadow(db).copy(table, create_sql)
         live = self.describe(db, table)
         if live is None:
-            raise SchemaMismatch(
-                f"table {db}.{table} no longer exists upstream; the capture is too far behind"
-            )
-        schema = assign_ids(live, None, table_id)
-        change = row_pb2.SchemaChange(kind=Kind.CREATE_TABLE, db=db, table=schema.table, table_schema=schema)
+            raise SchemaMismatch(f"table {db}.{table} is gone upstream; the capture is too far behind")
+        previous = self._entries.get(qualified(db, table)) if keep_id else None
+        if previous is not None:
+            schema = assign_ids(live, previous.schema, previous.table_id)
+            kind = Kind.ALTER_TABLE
+        else:
+            schema, kind = assign_ids(live, None, table_id), Kind.CREATE_TABLE
+        change = row_pb2.SchemaChange(kind=kind, db=db, table=schema.table, table_schema=schema)
         return DdlChange(change, {qualified(db, schema.table): schema})
+
+    def changed(self, db: str, table: str, create_sql: str) -> bool:
+        """Whether ``create_sql`` defines a table other than the known schema of ``db.table``."""
+        known = self._entries[qualified(db, table)].schema
+        self.shadow(db).copy(table, create_sql)
+        return self.describe(db, table) != without_ids(known)
 
     def recognise(self, db: str, sql: str) -> tuple[str, DdlStatement] | None:
         """(database, DDL) when ``sql``, run with default database ``db``, acts on a selected table.
