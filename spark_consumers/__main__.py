@@ -23,7 +23,8 @@ def _job_flags(parser: argparse.ArgumentParser, output: str) -> None:
     mode.add_argument("--available-now", dest="available-now", action="store_true", default=None,
                       help="apply everything there now, then stop")  # fmt: skip
     mode.add_argument("--trigger-interval", dest="trigger-interval", help="micro-batch interval (2s)")
-    parser.add_argument("--max-offsets-per-trigger", dest="max-offsets-per-trigger", type=int)
+    parser.add_argument("--max-offsets-per-trigger", dest="max-offsets-per-trigger", type=int,
+                        help="offsets per micro-batch (200000; 0: no bound)")  # fmt: skip
     parser.add_argument("--master", help="local[2] (default), spark://host:7077")
     parser.add_argument("--source", choices=["python", "kafka"],
                         help="python: this project's data source (default); kafka: Spark's own")  # fmt: skip

@@ -31,6 +31,8 @@ from typing import Any
 
 from bridge.errors import ConfigError
 
+# a micro-batch is collected on the driver: bound it by default (0 = no bound)
+DEFAULT_MAX_OFFSETS = 200_000
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m)?\s*$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, None: 1.0}
 
@@ -97,7 +99,7 @@ def build_config(kind: str, flags: dict[str, Any], file_settings: dict[str, Any]
     text_fields = {str(t): [str(c) for c in cols] for t, cols in _table(merged, "text-fields").items()}
     interval = merged.get("trigger-interval", "2s")
     try:
-        max_offsets = int(merged.get("max-offsets-per-trigger", 0))
+        max_offsets = int(merged.get("max-offsets-per-trigger", DEFAULT_MAX_OFFSETS))
     except (TypeError, ValueError):
         raise ConfigError("max-offsets-per-trigger: not an integer") from None
     source = str(merged.get("source", "python"))
