@@ -4,6 +4,8 @@ Each sub-command lives in its own module and exposes
 ``add_parser(subparsers) -> argparse.ArgumentParser``; the parser's ``func``
 default is called with the parsed arguments and returns the exit status.
 User errors (:class:`bridge.errors.UserError`) print one line, no traceback.
+The global flags (``--log-level``) are accepted before the sub-command and
+after it, at any depth (``binlog-bridge ctl nodes --log-level debug``).
 
 The kernel's own commands are modules here (:data:`SUBCOMMANDS`). The
 commands of the layers above it (``pump``, ``drainer``, ``replay``) are
@@ -40,21 +42,40 @@ SUBCOMMANDS: dict[str, str] = {
 }
 
 
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="binlog-bridge",
         description="Change-stream system: pumps store binlog, a drainer merges it into sinks.",
     )
     parser.add_argument("--version", action="version", version=f"binlog-bridge {__version__}")
-    parser.add_argument(
-        "--log-level", default="info", choices=["debug", "info", "warning", "error"], help="default: info"
-    )
+    parser.add_argument("--log-level", default="info", choices=LOG_LEVELS, help="default: info")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module_name in SUBCOMMANDS.values():
         importlib.import_module(module_name).add_parser(sub)
     for entry in sorted(entry_points(group=COMMANDS_GROUP), key=lambda e: e.name):
         entry.load()(sub)
+    _accept_global_flags(parser)
     return parser
+
+
+def _accept_global_flags(parser: argparse.ArgumentParser) -> None:
+    """Let every sub-command (and theirs) take ``--log-level`` too; given there, it wins.
+
+    The default is suppressed below the top, so a sub-command without the
+    flag leaves the top-level value (or its default) in place.
+    """
+    for action in parser._actions:
+        if not isinstance(action, argparse._SubParsersAction):
+            continue
+        for child in action.choices.values():
+            if not any("--log-level" in a.option_strings for a in child._actions):
+                child.add_argument(
+                    "--log-level", choices=LOG_LEVELS, default=argparse.SUPPRESS, help="as before the command"
+                )
+            _accept_global_flags(child)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -17,6 +17,8 @@ schemas come from the DDL topic: a table created before the drainer
 started has none (see docs/consume.md).
 
 Progress goes to stderr; SIGTERM or SIGINT stops after the batch at hand.
+A run that ends without any topic matching ``--prefix`` (a typo, another
+sink's prefix) warns so and exits 1.
 """
 
 from __future__ import annotations
@@ -151,4 +153,11 @@ def run(args: argparse.Namespace) -> int:
             print(summary.line(), flush=True)
     finally:
         reader.close()
+    if args.prefix and not args.topic and not reader.assigned:
+        print(
+            f"consume: warning: no topic matched --prefix {args.prefix} (looked for {args.prefix}.* on "
+            f"{args.bootstrap_servers}); is the prefix the kafka sink's?",
+            file=sys.stderr,
+        )
+        return 1
     return 0
