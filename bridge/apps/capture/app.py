@@ -136,7 +136,7 @@ class CaptureApp:
         journal, emitter = self._journal, self._emitter
         assert journal is not None and emitter is not None
         state, wanted = journal.state, self.capture.snapshot
-        if state.position is not None and state.snapshot != "running":
+        if state.position is not None and state.snapshot not in ("running", "announcing"):
             try:
                 source.check_available(conn, state.position)
                 return state.position
@@ -145,26 +145,38 @@ class CaptureApp:
                     raise
                 log.warning("the journaled position was purged upstream; taking a new snapshot")
                 journal.snapshot("running")
-        if state.snapshot == "running" or wanted != "never":
+        if state.snapshot == "running" or (wanted != "never" and state.snapshot != "announcing"):
             self.state = "snapshot"
             chunk = self.capture.snapshot_chunk
             snapshot = Snapshot(self.capture.dsn(), catalog, emitter, journal, chunk, self._stopping)
             position = snapshot.run(flavor, mode, self.capture.databases)
             self.row_changes += snapshot.rows
             return position
-        position = source.current_position(conn, flavor, mode)
+        return self._announce_only(conn, catalog, flavor, mode)
+
+    def _announce_only(self, conn: Any, catalog: TableCatalog, flavor: str, mode: str) -> Position:
+        """``snapshot = "never"``: a CREATE_TABLE for each selected table at the binlog's end, no rows.
+
+        Journaled as "announcing" until every table is announced, so a restart in between
+        announces the rest at the same position instead of streaming without them.
+        """
+        journal, emitter = self._journal, self._emitter
+        assert journal is not None and emitter is not None
+        position = journal.state.position
+        if journal.state.snapshot != "announcing" or position is None:
+            position = source.current_position(conn, flavor, mode)
+            journal.snapshot("announcing", position)
         for db, table in catalog.live_tables():
+            if catalog.get(db, table) is not None:
+                continue
 
             def change_for(ts: int, db: str = db, table: str = table) -> Any:
                 ddl = catalog.created(db, table, ts)
                 return ddl.change, ddl.updates
 
-            emitter.ddl(
-                f"CREATE TABLE `{db}`.`{table}` /* announced by binlog-bridge capture */",
-                change_for,
-                position,
-            )
-        journal.moved(position)
+            sql = f"CREATE TABLE `{db}`.`{table}` /* announced by binlog-bridge capture */"
+            emitter.ddl(sql, change_for, position)
+        journal.snapshot("done")
         return position
 
     def _stream(self, catalog: TableCatalog) -> None:
