@@ -22,6 +22,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from bridge.cli.text import plain  # noqa: E402 - after ROOT is on the path
+
 OUTPUT = ROOT / "docs" / "configuration.md"
 
 # (title, "module:Class", where the keys live, intro)
@@ -143,12 +146,18 @@ def _rows(cls: type[Any], prefix: str) -> tuple[list[str], list[tuple[str, type[
     rows, tables = [], []
     hints = typing.get_type_hints(cls)
     for field in dataclasses.fields(cls):
+        if not field.init:
+            continue  # filled by the loader (a sink's own table, the checkpoint type's keys): not a key
         key = field.name.replace("_", "-")
         tp = hints[field.name]
         if dataclasses.is_dataclass(tp):
             tables.append((f"{prefix}{key}", tp))
             continue
-        help_text = field.metadata.get("help", "")
+        help_text = plain(field.metadata.get("help", ""))
+        if not help_text:
+            raise SystemExit(
+                f"{cls.__module__}.{cls.__name__}.{field.name}: no help (every key says what it means)"
+            )
         if field.metadata.get("secret"):
             help_text += " *(secret)*"
         rows.append(f"| `{key}` | {_type_name(tp, field)} | {_default(field)} | {help_text} |")
@@ -161,8 +170,10 @@ def _table(cls: type[Any], prefix: str = "") -> list[str]:
     if rows:
         out += ["| key | type | default | meaning |", "|---|---|---|---|", *rows, ""]
     for name, sub in tables:
-        doc = (sub.__doc__ or "").strip().splitlines()[0] if sub.__doc__ else ""
-        out += [f"#### `[{name}]`", "", doc, "", *_table(sub, f"{name}.")]
+        doc = plain((sub.__doc__ or "").strip().splitlines()[0]) if sub.__doc__ else ""
+        doc = doc.removeprefix(f"`[{name}]`").lstrip(":. ")  # the heading names the table already
+        doc = doc[:1].upper() + doc[1:]
+        out += [f"#### `[{name}]`", "", *([doc, ""] if doc else []), *_table(sub, f"{name}.")]
     return out
 
 

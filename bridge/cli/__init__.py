@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from importlib.metadata import entry_points
 
 from bridge import __version__
+from bridge.cli.text import plain_help, sub_parsers
 from bridge.errors import BridgeError, UserError
 
 COMMANDS_GROUP = "binlog_bridge.commands"  # entry points: name = "module:add_parser"
@@ -58,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     for entry in sorted(entry_points(group=COMMANDS_GROUP), key=lambda e: e.name):
         entry.load()(sub)
     _accept_global_flags(parser)
+    plain_help(parser)  # the modules' docstrings are the descriptions; --help shows no reST markup
     return parser
 
 
@@ -67,15 +69,11 @@ def _accept_global_flags(parser: argparse.ArgumentParser) -> None:
     The default is suppressed below the top, so a sub-command without the
     flag leaves the top-level value (or its default) in place.
     """
-    for action in parser._actions:
-        if not isinstance(action, argparse._SubParsersAction):
-            continue
-        for child in action.choices.values():
-            if not any("--log-level" in a.option_strings for a in child._actions):
-                child.add_argument(
-                    "--log-level", choices=LOG_LEVELS, default=argparse.SUPPRESS, help="as before the command"
-                )
-            _accept_global_flags(child)
+    for child in sub_parsers(parser):
+        if not any("--log-level" in a.option_strings for a in child._actions):
+            child.add_argument(
+                "--log-level", choices=LOG_LEVELS, default=argparse.SUPPRESS, help="as before the command"
+            )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
