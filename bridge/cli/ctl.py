@@ -33,6 +33,14 @@ node is closed with `ctl close` instead; this command refuses a node whose
 heartbeat is alive or that still answers as itself at its status address,
 and needs --yes.
 """
+WAIT_HELP = """\
+Take a fresh timestamp, then wait until every ONLINE drainer's registered
+checkpoint passes it: everything committed upstream before this command is
+then downstream (a script's step before `binlog-bridge diff`). A drainer that
+is down keeps it waiting; after --timeout it exits 1 naming the drainers
+behind.
+"""
+WAIT_POLL_MS = 1000
 OFFLINE_TTL_MS = 1000  # the record written here is not a sign of life: let it expire quickly
 NODE_COLUMNS = (
     "KIND",
@@ -74,6 +82,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     nodes.add_argument("--kind", choices=sorted(KIND_CHOICES), help="only this kind of node")
     _listing(actions, "status", "show the meta member answering, the leader and the cluster id")
     _listing(actions, "drainers", "list drainers with their checkpoints and lag")
+    wait = actions.add_parser(
+        "wait-drainers",
+        help="wait until every online drainer's checkpoint passes a fresh timestamp; exit 1 on --timeout",
+        description=WAIT_HELP,
+    )
+    wait.add_argument("--timeout", dest="wait_timeout", type=float, default=60.0, help="seconds (default 60)")
     for action, help_text in STATE_ACTIONS.items():
         state = actions.add_parser(action, help=help_text)
         state.add_argument("node_id", help="the node's registry id (see `ctl nodes`)")
@@ -110,6 +124,8 @@ async def _run(args: argparse.Namespace, security: SecurityConfig) -> int:
             await list_nodes(client, args)
         elif args.action == "offline":
             await mark_offline(client, args.node_id, args.yes, security)
+        elif args.action == "wait-drainers":
+            return await wait_drainers(client, args.wait_timeout)
         elif args.action in STATE_ACTIONS:
             node = await find_node(client, args.node_id)
             reply = post_state(node, args.action, await client.cluster_id(), security)
@@ -147,6 +163,29 @@ def print_status(status: meta_pb2.StatusResponse, output: str) -> None:
     print(f"leader:     {'yes' if status.is_leader else 'no'} ({status.leader_addr or 'unknown'})")
     print(f"backend:    {status.backend}")
     print(f"cluster id: {status.cluster_id}")
+
+
+async def wait_drainers(client: MetaClient, timeout: float) -> int:
+    """``ctl wait-drainers`` (see WAIT_HELP): 0 once every online drainer is past a fresh ts, 1 on timeout."""
+    target = await client.get_timestamp()
+    deadline = time.monotonic() + timeout
+    revision = 0
+    while True:
+        response = await client.list_nodes(meta_pb2.DRAINER, revision, WAIT_POLL_MS)
+        online = [d for d in response.nodes if d.state == meta_pb2.ONLINE]
+        if not online:
+            raise UserError("no online drainer in the registry: nothing to wait for")
+        behind = [d for d in online if d.max_commit_ts < target]
+        if not behind:
+            print(f"every online drainer is past {target}: {', '.join(d.node_id for d in online)}")
+            return 0
+        if time.monotonic() >= deadline:
+            late = ", ".join(
+                f"{d.node_id} at {d.max_commit_ts}{'' if d.is_alive else ' (not alive)'}" for d in behind
+            )
+            print(f"ctl wait-drainers: after {timeout:g}s still behind {target}: {late}", file=sys.stderr)
+            return 1
+        revision = response.revision
 
 
 async def mark_offline(client: MetaClient, node_id: str, confirmed: bool, security: SecurityConfig) -> None:

@@ -32,7 +32,7 @@ def test_defaults() -> None:
 def test_example_loads() -> None:
     cfg = load(PumpConfig, EXAMPLE)
     assert cfg.node_id == "pump-1"
-    assert cfg.resolver.type == "mysql"
+    assert (cfg.resolver.type, cfg.resolver.dsn) == ("sqlite", "sqlite:var/upstream.db")  # the README's tour
     assert cfg.max_txn_timeout == 600
     assert cfg.gc == 7 * 86400
 
