@@ -59,9 +59,9 @@ def run_job(kind: str, args: argparse.Namespace) -> int:
         if "-" in k or k in ("topics", "master", "source", "checkpoint", kind)
     }
     config = build_config(kind, flags, load_toml(args.config) if args.config else {})
-    stop = StopFlag()
-    stop.install()
     spark = spark_session(config.master, f"bridge-{kind}", config.spark_conf)
+    stop = StopFlag()
+    stop.install()  # after the session: SparkContext installs a SIGINT handler of its own
     try:
         return run(spark, config, stop)
     finally:
