@@ -110,7 +110,10 @@ class CaptureApp:
             flavor = source.flavor_of(conn)
             mode = source.choose_mode(conn, flavor, self.capture.position)
             with PumpsClient(self.capture.meta, self.config.pump_client) as pumps:
-                catalog = TableCatalog(self.capture, dsn, dict(journal.state.tables))
+                catalog = TableCatalog(self.capture, dsn, dict(journal.state.tables), journal.shadow_before)
+                undo = journal.state.shadow_undo
+                if undo is not None:  # a DDL ran on the shadow, its binlog was not journaled
+                    catalog.shadow(str(undo["db"])).restore(dict(undo["tables"]))
                 self._emitter = Emitter(pumps, journal, self.capture.server_id, catalog.apply)
                 try:
                     self._emitter.settle()

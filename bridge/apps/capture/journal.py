@@ -64,6 +64,10 @@ class CaptureState:
     tables: dict[str, row_pb2.TableSchema] = field(default_factory=dict)  # "db.table" -> schema with ids
     snapshot: str = "none"  # none | running | done
     pending: Pending | None = None
+    # A DDL's shadow tables as they were before it ran on the shadow ({"db": ..., "tables":
+    # {table: SHOW CREATE TABLE text or None}}), until the DDL's binlog is journaled: a restart
+    # in between puts them back, so the DDL, read again, runs on the shadow once.
+    shadow_undo: dict[str, Any] | None = None
     seq: int = 0
 
     def to_json(self) -> dict[str, Any]:
@@ -73,6 +77,7 @@ class CaptureState:
             "tables": {name: _schema_text(schema) for name, schema in self.tables.items()},
             "snapshot": self.snapshot,
             "pending": None if self.pending is None else [self.pending.start_ts, self.pending.commit_ts],
+            "shadow_undo": self.shadow_undo,
         }
 
     @classmethod
@@ -83,6 +88,7 @@ class CaptureState:
             tables={name: _schema(text) for name, text in data.get("tables", {}).items()},
             snapshot=str(data.get("snapshot", "none")),
             pending=None if not pending else Pending(int(pending[0]), int(pending[1])),
+            shadow_undo=data.get("shadow_undo"),
             seq=int(data.get("seq", 0)),
         )
 
@@ -184,6 +190,10 @@ class Journal:
             }
         )
 
+    def shadow_before(self, db: str, tables: dict[str, str | None]) -> None:
+        """Before a DDL runs on the shadow: how to put its tables back (see ``shadow_undo``)."""
+        self.append({"r": "shadow", "db": db, "tables": tables})
+
     def moved(self, position: Position) -> None:
         """The position advanced over transactions that wrote nothing (no captured table)."""
         self.append({"r": "position", "position": position.to_json()})
@@ -216,7 +226,10 @@ def _apply(state: CaptureState, record: dict[str, Any]) -> None:
     state.seq = int(record["seq"])
     if kind == "begin":
         state.pending = Pending(int(record["start_ts"]))
+    elif kind == "shadow":
+        state.shadow_undo = {"db": record["db"], "tables": record["tables"]}
     elif kind == "commit":
+        state.shadow_undo = None
         state.pending = Pending(int(record["start_ts"]), int(record["commit_ts"]))
         state.position = Position.from_json(record["position"])
         for name, text in record.get("tables", {}).items():
@@ -227,7 +240,7 @@ def _apply(state: CaptureState, record: dict[str, Any]) -> None:
     elif kind == "position":
         state.position = Position.from_json(record["position"])
     elif kind == "settled":
-        state.pending = None
+        state.pending = state.shadow_undo = None
     elif kind == "snapshot":
         state.snapshot = str(record["phase"])
         if record.get("position"):

@@ -68,6 +68,24 @@ class Shadow:
         self._session.execute(f"DROP TABLE IF EXISTS {q(table)}")
         self._session.execute(create_sql)
 
+    def definitions(self, tables: list[str]) -> dict[str, str | None]:
+        """Each shadow table's ``SHOW CREATE TABLE`` text, None for one that does not exist."""
+        found: dict[str, str | None] = {}
+        for table in tables:
+            try:
+                found[table] = show_create(self._session, self.name, table)
+            except UpstreamError:
+                found[table] = None
+        return found
+
+    def restore(self, definitions: dict[str, str | None]) -> None:
+        """Put shadow tables back as :meth:`definitions` gave them."""
+        q = self._session.dialect.quote
+        for table, create_sql in definitions.items():
+            self._session.execute(f"DROP TABLE IF EXISTS {q(table)}")
+            if create_sql is not None:
+                self._session.execute(create_sql)
+
     def apply(self, sql: str) -> bool:
         """Run a captured DDL on the shadow; False when the shadow could not take it."""
         try:

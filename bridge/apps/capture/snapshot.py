@@ -6,7 +6,9 @@
    the position of the snapshot itself) and ``BINLOG_GTID_POS()``; on MySQL
    from ``SHOW MASTER STATUS``. Both under a short ``FLUSH TABLES WITH READ
    LOCK``, which also holds the table definitions still while each table's
-   ``SHOW CREATE TABLE`` is read (its shadow is made from that text).
+   ``SHOW CREATE TABLE`` is read (its shadow is made from that text) and each
+   table is touched in the snapshot transaction: its metadata lock, held until
+   the copy ends, makes a DDL on a captured table wait for the snapshot.
 2. Announce each table with a CREATE_TABLE DDL binlog (its schema as the SQL
    producer describes it; its id = that binlog's start_ts).
 3. Read each table in key order, ``snapshot-chunk`` rows at a time, through
@@ -118,7 +120,7 @@ class Snapshot:
             locked = read_lock(session, flavor)
             try:
                 position = snapshot_position(session, flavor, mode)
-                tables = [(db, t, show_create(session, db, t)) for db, t in self._catalog.live_tables()]
+                tables = [(db, t, _hold(session, db, t)) for db, t in self._catalog.live_tables()]
             finally:
                 if locked:
                     session.execute("UNLOCK TABLES")
@@ -194,6 +196,17 @@ class Snapshot:
             metrics.ROW_CHANGES.labels("snapshot").inc(len(rows))
         self.rows += count
         log.info("snapshot of %s: %d rows", qualified(schema.db, schema.table), count)
+
+
+def _hold(session: MySQLSession, db: str, table: str) -> str:
+    """Touch ``db.table`` in the snapshot transaction, then read its definition.
+
+    The touch takes the table's metadata lock until the transaction ends: a DDL on it
+    waits for the snapshot to finish instead of changing the columns under its reads.
+    """
+    q = session.dialect.quote
+    session.query(f"SELECT 1 FROM {q(db)}.{q(table)} LIMIT 0")  # noqa: S608 - quoted names
+    return show_create(session, db, table)
 
 
 def _fixed(

@@ -73,7 +73,14 @@ def qualified(db: str, table: str) -> str:
 class TableCatalog:
     """Schemas of the selected tables, read from the upstream and kept in the capture's state."""
 
-    def __init__(self, config: CaptureConfig, dsn: Dsn, schemas: dict[str, row_pb2.TableSchema]) -> None:
+    def __init__(
+        self,
+        config: CaptureConfig,
+        dsn: Dsn,
+        schemas: dict[str, row_pb2.TableSchema],
+        before_shadow: Callable[[str, dict[str, str | None]], None],
+    ) -> None:
+        self._before_shadow = before_shadow  # journals how to undo a shadow DDL (see journal.py)
         self._config = config
         self._dsn = dsn
         self._upstreams: dict[str, MySQLUpstream] = {}
@@ -203,7 +210,9 @@ class TableCatalog:
 
     def change_for(self, db: str, sql: str, statement: DdlStatement, new_id: Callable[[], int]) -> DdlChange:
         """The SchemaChange of a recognised DDL that already ran upstream (``sql``)."""
-        shadowed = self.shadow(db).apply(sql)
+        shadow = self.shadow(db)
+        self._before_shadow(db, shadow.definitions([t for t in (statement.table, statement.old_table) if t]))
+        shadowed = shadow.apply(sql)
         previous = self._entries.get(qualified(db, statement.target))
         if statement.kind == Kind.DROP_TABLE:
             change = row_pb2.SchemaChange(kind=Kind.DROP_TABLE, db=db, table=statement.table)
