@@ -93,11 +93,12 @@ def kinds_of(types: str) -> dict[str, str]:
     return parsed
 
 
-def document(action: Action, text_columns: Sequence[str] | None) -> tantivy.Document:
-    """The document of one action: the row, or the tombstone of a deleted row."""
+def document(action: Action, text_columns: Sequence[str] | None, idh: int) -> tantivy.Document:
+    """The document of one action (``idh``: ``id_hash`` of its id): the row, or the tombstone
+    of a deleted row."""
     doc = tantivy.Document()
     doc.add_text("_id", action.doc_id)
-    doc.add_unsigned("_idh", id_hash(action.doc_id))
+    doc.add_unsigned("_idh", idh)
     doc.add_text("_table", action.table_name)
     doc.add_text("_key", action.key)
     doc.add_integer("_ts", action.version[0])

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -82,11 +82,10 @@ class ChangeIndex:
                 changed = True
         return changed
 
-    def versions(self, doc_ids: Iterable[str]) -> dict[int, Version]:
-        """The version each of ``doc_ids`` holds (by id hash); absent ids are missing."""
+    def versions(self, hashes: list[int]) -> dict[int, Version]:
+        """The version each document of ``hashes`` (``id_hash`` of its id) holds; absent ones are missing."""
         self.index.reload()
         searcher = self.index.searcher()
-        hashes = [id_hash(d) for d in doc_ids]
         out: dict[int, Version] = {}
         for at in range(0, len(hashes), LOOKUP_CHUNK):
             chunk = hashes[at : at + LOOKUP_CHUNK]
@@ -115,10 +114,11 @@ class ChangeIndex:
         for floor in new_floors:
             self._drop_below(floor)
             self.floors.append(floor)
-        held = self.versions(batch.actions)
+        hashes = {doc_id: id_hash(doc_id) for doc_id in batch.actions}
+        held = self.versions(list(hashes.values()))
         put = deleted = 0
         for act in batch.actions.values():
-            current = held.get(id_hash(act.doc_id))
+            current = held.get(hashes[act.doc_id])
             lowest = self.floor_of(act)
             if (current is not None and current >= act.version) or (
                 lowest is not None and act.version < lowest
@@ -126,7 +126,8 @@ class ChangeIndex:
                 continue
             if current is not None:
                 self.writer.delete_documents_by_term("_id", act.doc_id)
-            self.writer.add_document(document(act, self.text_columns.get(act.table_name)))
+            doc = document(act, self.text_columns.get(act.table_name), hashes[act.doc_id])
+            self.writer.add_document(doc)
             put += act.image is not None
             deleted += act.image is None
         self.writer.commit()
