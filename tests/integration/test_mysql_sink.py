@@ -403,7 +403,7 @@ def test_killed_connections_mid_run_are_retried_and_the_rows_are_right(down: Dow
             if start % 30 == 20:
                 # Kill every connection of the sink from outside: workers hold open transactions
                 # (some changes committed by txn-rows, the rest not), the control connection idles.
-                ids = [w.connection_id for w in sink._workers if w.conn is not None]
+                ids = [w.connection_id for w in sink._pool.workers if w.conn is not None]
                 control = sink._control.connection
                 ids += [control.thread_id()] if control is not None else []
                 for connection_id in ids:

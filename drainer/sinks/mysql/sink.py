@@ -49,7 +49,6 @@ and the statement's shape, never values.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -61,13 +60,13 @@ from bridge.sink.contract import Sink, SinkContext
 from bridge.sink.errors import SinkApplyError, SinkError, SinkUnavailable
 from bridge.sink.events import DDLEvent, Event, ResolvedEvent, TxnEvent
 from drainer.sinks.mysql import metrics
-from drainer.sinks.mysql.batch import Op, units
+from drainer.sinks.mysql.batch import Op
 from drainer.sinks.mysql.causality import Causality
 from drainer.sinks.mysql.config import MySQLSinkConfig
 from drainer.sinks.mysql.connection import ConnectSettings, translate_error
 from drainer.sinks.mysql.control import DDL_WORKER, KEYLESS_WORKER, Control
 from drainer.sinks.mysql.translate import Table, Tables
-from drainer.sinks.mysql.workers import DB_ERRORS, Barrier, Worker
+from drainer.sinks.mysql.workers import DB_ERRORS, Worker, WorkerPool
 
 log = logging.getLogger(__name__)
 
@@ -93,9 +92,7 @@ class MySQLSink(Sink):
         )
         self.cluster_id = 0  # keys the progress rows (from open)
         self._tables = Tables()
-        self._stop = threading.Event()
-        self._workers: list[Worker] = []
-        self._buffers: list[list[Op]] = []
+        self._pool = WorkerPool(config.batch_rows, config.batch_updates)
         self._causality = Causality(config.worker_count)
         self._max_keys = max(1 << 18, config.worker_count * config.txn_rows * 4)
         self._control = Control(self.settings, config.progress_schema)
@@ -178,7 +175,7 @@ class MySQLSink(Sink):
         # Let the workers apply what this write gave them while the next one is decoded (a buffer
         # waits for more only while it is small, so that statements stay large).
         least = max(1, self.config.batch_rows // 8)
-        for target, buffer in enumerate(self._buffers):
+        for target, buffer in enumerate(self._pool.buffers):
             if len(buffer) >= least:
                 self._handoff(target)
                 if self._failure is not None:
@@ -194,14 +191,9 @@ class MySQLSink(Sink):
         return self._committed
 
     def close(self) -> None:
-        if not self._workers and not self._control.connected:
+        if not self._pool.workers and not self._control.connected:
             return
-        self._stop.set()
-        for worker in self._workers:
-            worker.jobs.put(None)
-        for worker in self._workers:
-            worker.join(timeout=max(30.0, self.config.read_timeout))
-        self._workers = []
+        self._pool.close(timeout=max(30.0, self.config.read_timeout))
         self._control.drop()
         self._opened = False
         log.info("mysql sink %s closed at commit_ts %d", self.dsn.redacted(), self._committed)
@@ -221,9 +213,9 @@ class MySQLSink(Sink):
         safe = self._safe(commit_ts)
         self._dispatched_high = max(self._dispatched_high, commit_ts)
         metrics.SAFE_MODE.set(1 if safe else 0)
-        causality, buffers = self._causality, self._buffers
+        causality, buffers = self._causality, self._pool.buffers
         handoff = self.config.batch_rows
-        keyless_worker = len(self._workers) - 1
+        keyless_worker = len(buffers) - 1
         keyless_done = self._keyless_done
         seq = 0
         schema: row_pb2.TableSchema | None = None
@@ -264,29 +256,14 @@ class MySQLSink(Sink):
         self.rows_dispatched += dispatched
 
     def _handoff(self, target: int) -> None:
-        worker = self._workers[target]
-        if worker.error is not None:
-            self._note_failure(worker.error)
-            return
-        buffer = self._buffers[target]
-        if buffer:
-            self._buffers[target] = []
-            worker.jobs.put(units(buffer, self.config.batch_rows, self.config.batch_updates))
+        error = self._pool.handoff(target)
+        if error is not None:
+            self._note_failure(error)
 
     def _barrier(self, reason: str) -> bool:
         """Every worker commits what it was given; False when one failed (``_failure`` set)."""
         metrics.FLUSHES.labels(reason).inc()
-        for target in range(len(self._workers)):
-            buffer = self._buffers[target]
-            if buffer:
-                self._buffers[target] = []
-                self._workers[target].jobs.put(
-                    units(buffer, self.config.batch_rows, self.config.batch_updates)
-                )
-        barrier = Barrier("commit", len(self._workers))
-        for worker in self._workers:
-            worker.jobs.put(barrier)
-        errors = barrier.wait()
+        errors = self._pool.commit()
         if errors:
             for error in errors:
                 self._note_failure(error)
@@ -315,11 +292,7 @@ class MySQLSink(Sink):
         failure = self._failure
         assert failure is not None
         metrics.RETRIES.labels("sink").inc()
-        barrier = Barrier("rollback", len(self._workers))
-        for worker in self._workers:
-            worker.jobs.put(barrier)
-        barrier.wait()
-        self._buffers = [[] for _ in self._workers]
+        self._pool.rollback()
         self._causality.reset()
         self._replay_high = max(self._replay_high, self._dispatched_high)
         self._complete = self._committed
@@ -355,8 +328,7 @@ class MySQLSink(Sink):
     def _start_workers(self) -> None:
         config = self.config
         numbers = [*range(config.worker_count), KEYLESS_WORKER]
-        self._stop.clear()
-        self._workers = [
+        workers = [
             Worker(
                 number,
                 self.settings,
@@ -365,13 +337,11 @@ class MySQLSink(Sink):
                 progress_sql=self._control.progress_sql(),
                 cluster_id=self.cluster_id,
                 retry_max=config.retry_max,
-                stop=self._stop,
+                stop=self._pool.stop,
             )
             for number in numbers
         ]
-        self._buffers = [[] for _ in self._workers]
-        for worker in self._workers:
-            worker.start()
+        self._pool.start(workers)
 
     def _apply_ddl(self, event: DDLEvent) -> None:
         """Runs ``event`` once every worker committed; the old schema of an ALTER is the event's

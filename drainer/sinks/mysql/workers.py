@@ -38,7 +38,7 @@ import pymysql
 
 from bridge.sink.errors import SinkApplyError, SinkError
 from drainer.sinks.mysql import metrics
-from drainer.sinks.mysql.batch import STATEMENT_BYTES, Batch, Unit
+from drainer.sinks.mysql.batch import STATEMENT_BYTES, Batch, Op, Unit, units
 from drainer.sinks.mysql.connection import Backoff, ConnectSettings, close_quietly, translate_error
 
 log = logging.getLogger(__name__)
@@ -319,6 +319,64 @@ class Worker(threading.Thread):
         """After an error: roll back; a connection that failed is closed (reconnect lazily)."""
         close_quietly(self.conn)  # closing discards the open transaction; safest after any failure
         self.conn = None
+
+
+class WorkerPool:
+    """The workers of one sink (the keyed ones, then the keyless one) and the ops the dispatcher
+    buffers for each until it hands them over as :func:`~drainer.sinks.mysql.batch.units`."""
+
+    def __init__(self, batch_rows: int, batch_updates: bool) -> None:
+        self.workers: list[Worker] = []
+        self.buffers: list[list[Op]] = []
+        self.stop = threading.Event()
+        self._batch_rows = batch_rows
+        self._batch_updates = batch_updates
+
+    def start(self, workers: list[Worker]) -> None:
+        self.stop.clear()
+        self.workers = workers
+        self.buffers = [[] for _ in workers]
+        for worker in workers:
+            worker.start()
+
+    def handoff(self, target: int) -> SinkError | None:
+        """Hand ``target`` its buffered ops; the error it failed with instead, if it did."""
+        worker = self.workers[target]
+        if worker.error is not None:
+            return worker.error
+        self._send(target)
+        return None
+
+    def _send(self, target: int) -> None:
+        buffer = self.buffers[target]
+        if buffer:
+            self.buffers[target] = []
+            self.workers[target].jobs.put(units(buffer, self._batch_rows, self._batch_updates))
+
+    def commit(self) -> list[SinkError]:
+        """Every worker applies what it was given and commits; their errors (none: all committed)."""
+        for target in range(len(self.workers)):
+            self._send(target)
+        return self._everyone("commit")
+
+    def rollback(self) -> None:
+        """Every worker rolls back what it holds; buffered ops are dropped."""
+        self._everyone("rollback")
+        self.buffers = [[] for _ in self.workers]
+
+    def _everyone(self, action: str) -> list[SinkError]:
+        barrier = Barrier(action, len(self.workers))
+        for worker in self.workers:
+            worker.jobs.put(barrier)
+        return barrier.wait()
+
+    def close(self, timeout: float) -> None:
+        self.stop.set()
+        for worker in self.workers:
+            worker.jobs.put(None)
+        for worker in self.workers:
+            worker.join(timeout=timeout)
+        self.workers = []
 
 
 class _Failed(Exception):
