@@ -47,6 +47,7 @@ class BatchStats:
     seconds: float
     max_commit_ts: int
     size: str
+    collect_seconds: float = 0.0  # Spark reading and decoding the batch, and its rows to the driver
 
 
 class BatchHandler:
@@ -64,7 +65,9 @@ class BatchHandler:
         try:
             started = time.monotonic()
             rows = frame.select(*COLUMNS).toArrow().to_pylist()
-            self.stats[batch_id] = self.apply(rows, started)
+            collected = time.monotonic()
+            self.stats[batch_id] = self.apply(rows, collected)
+            self.stats[batch_id].collect_seconds = collected - started
         finally:
             self.in_batch.clear()
 
@@ -149,6 +152,7 @@ def progress_line(progress: dict[str, Any], stats: BatchStats | None) -> str:
     )
     if stats is not None:
         line += f", put {stats.put}, deleted {stats.deleted}, {stats.size}, commit_ts {stats.max_commit_ts}"
+        line += f" (read {stats.collect_seconds:.2f}s, apply {stats.seconds:.2f}s)"
     return line
 
 
