@@ -174,9 +174,11 @@ class TableAvro:
         after: Sequence[object] | None,
         source: Mapping[str, object],
         ts_ms: int,
+        *,
+        snapshot: bool = False,
     ) -> dict[str, object]:
         """The ``Envelope`` record of one change: inserts carry ``after`` only, deletes
-        ``before`` only, updates both."""
+        ``before`` only, updates both; an insert a snapshot read (``snapshot``) has op ``"r"``."""
         op = ENVELOPE_OPS.get(kind)
         if op is None:
             raise ValueError(f"table {self._name}: unknown change kind {kind!r}")
@@ -188,7 +190,7 @@ class TableAvro:
         return {
             "before": None if before is None else self.row_record(before),
             "after": None if after is None else self.row_record(after),
-            "op": op,
+            "op": "r" if snapshot and op == "c" else op,
             "source": source,
             "ts_ms": ts_ms,
         }

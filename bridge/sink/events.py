@@ -42,6 +42,9 @@ class RowChange:
     table: row_pb2.TableSchema
     before: tuple[object, ...] | None
     after: tuple[object, ...] | None
+    # an insert an initial snapshot read (TableMutation.snapshot, binlog-bridge capture): applied
+    # as an insert; the Kafka envelope says op "r"
+    snapshot: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -97,12 +97,14 @@ def decode_changes(
                 continue
             schema = codec.schema
             decode = codec.decode
+            snapshot = mutation.snapshot
             for change in iter_changes(mutation):
                 yield RowChange(
                     _KINDS[change.kind],
                     schema,
                     None if change.before is None else decode(change.before),
                     None if change.after is None else decode(change.after),
+                    snapshot,
                 )
     except DecodeError as exc:
         raise ProtocolError(

@@ -50,7 +50,7 @@ from typing import Any
 from confluent_kafka import Message
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
-from bridge.avro import DDL_SCHEMA, ENVELOPE_OPS, ddl_record, source_record
+from bridge.avro import DDL_SCHEMA, ddl_record, source_record
 from bridge.kafkaclient import redact_url
 from bridge.proto import row_pb2
 from bridge.schema import table_name
@@ -271,7 +271,9 @@ class KafkaSink(Sink):
             pos=pos,
             last=last,
         )
-        envelope = avro.envelope(change.kind, change.before, change.after, source, ts_ms)
+        envelope = avro.envelope(
+            change.kind, change.before, change.after, source, ts_ms, snapshot=change.snapshot
+        )
         value = self.encoder.encode(f"{topic}-value", avro.value_schema, envelope, event.commit_ts, schema)
         partition = self.topics.partition(topic, schema.db, schema.table, key, event.commit_ts)
         headers: Headers = [
@@ -284,7 +286,7 @@ class KafkaSink(Sink):
             key_only = {
                 "before": None,
                 "after": None,
-                "op": ENVELOPE_OPS[change.kind],
+                "op": envelope["op"],
                 "source": source,
                 "ts_ms": ts_ms,
             }
