@@ -52,7 +52,7 @@ DEFAULT_BOOTSTRAP = os.environ.get("BRIDGE_TEST_KAFKA_BOOTSTRAP", "127.0.0.1:190
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bootstrap-servers", default=DEFAULT_BOOTSTRAP)
-    parser.add_argument("--rows", type=int, default=200_000)
+    parser.add_argument("--rows", type=int, default=400_000)
     parser.add_argument("--updates", type=float, default=0.2, help="share of the rows that are updates")
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--batch", type=int, default=100_000, help="rows per micro-batch (both sides)")
