@@ -14,7 +14,9 @@ against the source the same way. Timeouts are hang guards only.
 
 from __future__ import annotations
 
+import json
 import random
+import re
 import subprocess
 import sys
 import time
@@ -157,6 +159,14 @@ def test_capture_through_the_kafka_sink_and_consume_apply(
         names = {table.name.split(".", 1)[1] for table in report.tables}
         assert {"items", "logs"} <= names, report.lines()
         assert report.equal, "\n".join(report.lines())
+        assert capture.child is not None
+        copied = int(re.search(rf"snapshot of {db}\.items: (\d+) rows", capture.child.output).group(1))
+        topic = f"{unique_name}.{db}.items"
+        argv = [sys.executable, "-m", "bridge.cli", "consume", "--bootstrap-servers", kafka_bootstrap]
+        argv += ["--topic", topic, "--from-beginning", "--idle-timeout", "10"]
+        printed = subprocess.run(argv, capture_output=True, text=True, check=False)
+        ops = [json.loads(line)["op"] for line in printed.stdout.splitlines() if line.startswith("{")]
+        assert ops.count("r") == copied >= 500, printed.stderr[-2000:]  # the snapshot's rows, marked r
         assert capture.stop() == 0
     finally:
         capture.kill()
