@@ -15,7 +15,8 @@ import sys
 import time
 from typing import Any
 
-from bridge.cli.nodectl import STATE_ACTIONS, answers_as_itself, find_node, post_state
+from bridge.cli.nodectl import STATE_ACTIONS, find_node, post_state
+from bridge.cli.nodegone import OFFLINE_HELP, PRUNE_HELP, REMOVE_HELP, mark_offline, prune, remove
 from bridge.errors import UserError
 from bridge.grpcutil import SecurityConfig
 from bridge.meta.client import DEFAULT_ADDR, MetaClient
@@ -24,15 +25,6 @@ from bridge.proto import meta_pb2
 from bridge.tso import to_datetime
 
 KIND_CHOICES = {name: kind for kind, name in KIND_NAMES.items()}
-OFFLINE_HELP = """\
-Register a node that is gone for good (its disk lost, its host retired) as
-OFFLINE. A pump: drainers stop holding their merge for it; binlogs only that
-pump held and no drainer pulled are given up (drainers let it go at once). A
-drainer: closing pumps and pump GC stop waiting for its checkpoint. A live
-node is closed with `ctl close` instead; this command refuses a node whose
-heartbeat is alive or that still answers as itself at its status address,
-and needs --yes.
-"""
 WAIT_HELP = """\
 Take a fresh timestamp, then wait until every ONLINE drainer's registered
 checkpoint passes it: everything committed upstream before this command is
@@ -41,7 +33,6 @@ is down keeps it waiting; after --timeout it exits 1 naming the drainers
 behind.
 """
 WAIT_POLL_MS = 1000
-OFFLINE_TTL_MS = 1000  # the record written here is not a sign of life: let it expire quickly
 NODE_COLUMNS = (
     "KIND",
     "NODE ID",
@@ -98,6 +89,15 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     offline.add_argument("node_id", help="the dead node's registry id (see `ctl nodes`)")
     offline.add_argument("--yes", action="store_true", help="confirm: nothing will wait for this node again")
+    removal = actions.add_parser(
+        "remove", help="delete a gone node's record (see its --help)", description=REMOVE_HELP
+    )
+    removal.add_argument("node_id", help="the node's registry id (see `ctl nodes`)")
+    removal.add_argument("--yes", action="store_true", help="confirm: the record is deleted for good")
+    pruning = _listing(actions, "prune", "delete the records of nodes offline for longer than --older-than")
+    pruning.description = PRUNE_HELP
+    pruning.add_argument("--older-than", required=True, metavar="DURATION", help='e.g. "7d", "12h", "30m"')
+    pruning.add_argument("--dry-run", action="store_true", help="list what would be deleted, delete nothing")
     parser.set_defaults(func=run)
     return parser
 
@@ -124,6 +124,10 @@ async def _run(args: argparse.Namespace, security: SecurityConfig) -> int:
             await list_nodes(client, args)
         elif args.action == "offline":
             await mark_offline(client, args.node_id, args.yes, security)
+        elif args.action == "remove":
+            await remove(client, args.node_id, args.yes, security)
+        elif args.action == "prune":
+            print_pruned(await prune(client, args.older_than, args.dry_run), args)
         elif args.action == "wait-drainers":
             return await wait_drainers(client, args.wait_timeout)
         elif args.action in STATE_ACTIONS:
@@ -152,6 +156,16 @@ async def list_nodes(client: MetaClient, args: argparse.Namespace) -> None:
         print_table([drainer_row(n, now) for n in response.nodes], DRAINER_COLUMNS)
     else:
         print_table([node_row(n) for n in response.nodes])
+
+
+def print_pruned(gone: list[meta_pb2.NodeStatus], args: argparse.Namespace) -> None:
+    """What ``ctl prune`` deleted (or would delete): a table or a JSON array, and a summary on stderr."""
+    if args.output == "json":
+        print(json.dumps([node_json(n, time.time()) for n in gone], indent=1))
+    elif gone:
+        print_table([node_row(n) for n in gone])
+    verb = "would delete" if args.dry_run else "deleted"
+    print(f"ctl prune: {verb} {len(gone)} record(s) offline longer than {args.older_than}", file=sys.stderr)
 
 
 def print_status(status: meta_pb2.StatusResponse, output: str) -> None:
@@ -186,39 +200,6 @@ async def wait_drainers(client: MetaClient, timeout: float) -> int:
             print(f"ctl wait-drainers: after {timeout:g}s still behind {target}: {late}", file=sys.stderr)
             return 1
         revision = response.revision
-
-
-async def mark_offline(client: MetaClient, node_id: str, confirmed: bool, security: SecurityConfig) -> None:
-    """``ctl offline``: register a pump or drainer that is gone for good OFFLINE (see OFFLINE_HELP)."""
-    node = await find_node(client, node_id)
-    kind = KIND_NAMES.get(node.kind, "node")
-    if node.state == meta_pb2.OFFLINE:
-        print(f"{node_id}: already offline")
-        return
-    if node.is_alive:
-        raise UserError(
-            f"{kind} {node_id} is alive (its last heartbeat is within its ttl): "
-            f"close it with `binlog-bridge ctl close {node_id}`, or retry once it is gone"
-        )
-    if answers_as_itself(node, await client.cluster_id(), security):
-        raise UserError(
-            f"{kind} {node_id} still answers at {node.status_addr}: "
-            f"close it with `binlog-bridge ctl close {node_id}`"
-        )
-    if not confirmed:
-        lost = (
-            "whatever it holds unpulled is given up" if node.kind == meta_pb2.PUMP else "its sink stops here"
-        )
-        raise UserError(f"{kind} {node_id} would be let go for good ({lost}); add --yes to confirm")
-    record = meta_pb2.NodeStatus()
-    record.CopyFrom(node)
-    record.state = meta_pb2.OFFLINE
-    if node.kind == meta_pb2.PUMP:
-        record.max_commit_ts = 0  # nothing left to drain: drainers let it go at once
-    record.ttl_ms = OFFLINE_TTL_MS
-    await client.heartbeat(record)
-    waiting = "drainers stop waiting for it" if node.kind == meta_pb2.PUMP else "pumps stop waiting for it"
-    print(f"{node_id}: registered offline; {waiting}")
 
 
 def _iso(ts: int) -> str | None:

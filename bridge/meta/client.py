@@ -146,6 +146,16 @@ class MetaClient:
         )
         return cast(meta_pb2.ListNodesResponse, response)
 
+    async def remove_node(self, kind: meta_pb2.NodeKind, node_id: str) -> meta_pb2.NodeStatus:
+        """Delete the record of an OFFLINE node that is not alive; returns it as it was.
+
+        The leader refuses any other node, and an unknown one, with
+        :class:`~bridge.errors.ProtocolError`.
+        """
+        request = meta_pb2.RemoveNodeRequest(cluster_id=await self.cluster_id(), kind=kind, node_id=node_id)
+        response = await self._call(lambda stub, t: stub.RemoveNode(request, timeout=t))
+        return cast(meta_pb2.RemoveNodeResponse, response).removed
+
     async def status(self) -> meta_pb2.StatusResponse:
         """The status of the first member that answers (leader or not)."""
         request = meta_pb2.StatusRequest()

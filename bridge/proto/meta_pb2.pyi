@@ -105,6 +105,22 @@ class ListNodesResponse(_message.Message):
     errors: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, nodes: _Optional[_Iterable[_Union[NodeStatus, _Mapping]]] = ..., revision: _Optional[int] = ..., errors: _Optional[_Iterable[str]] = ...) -> None: ...
 
+class RemoveNodeRequest(_message.Message):
+    __slots__ = ("cluster_id", "kind", "node_id")
+    CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    cluster_id: int
+    kind: NodeKind
+    node_id: str
+    def __init__(self, cluster_id: _Optional[int] = ..., kind: _Optional[_Union[NodeKind, str]] = ..., node_id: _Optional[str] = ...) -> None: ...
+
+class RemoveNodeResponse(_message.Message):
+    __slots__ = ("removed",)
+    REMOVED_FIELD_NUMBER: _ClassVar[int]
+    removed: NodeStatus
+    def __init__(self, removed: _Optional[_Union[NodeStatus, _Mapping]] = ...) -> None: ...
+
 class StatusRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...

@@ -54,6 +54,11 @@ class MetaStub:
                 request_serializer=bridge_dot_proto_dot_meta__pb2.StatusRequest.SerializeToString,
                 response_deserializer=bridge_dot_proto_dot_meta__pb2.StatusResponse.FromString,
                 _registered_method=True)
+        self.RemoveNode = channel.unary_unary(
+                '/bridge.meta.Meta/RemoveNode',
+                request_serializer=bridge_dot_proto_dot_meta__pb2.RemoveNodeRequest.SerializeToString,
+                response_deserializer=bridge_dot_proto_dot_meta__pb2.RemoveNodeResponse.FromString,
+                _registered_method=True)
 
 
 class MetaServicer:
@@ -88,6 +93,14 @@ class MetaServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RemoveNode(self, request, context):
+        """Delete an OFFLINE, not-alive node's record for good (`ctl remove`, `ctl prune`);
+        INVALID_ARGUMENT for an unknown node and for one that is alive or not OFFLINE.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MetaServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -110,6 +123,11 @@ def add_MetaServicer_to_server(servicer, server):
                     servicer.GetStatus,
                     request_deserializer=bridge_dot_proto_dot_meta__pb2.StatusRequest.FromString,
                     response_serializer=bridge_dot_proto_dot_meta__pb2.StatusResponse.SerializeToString,
+            ),
+            'RemoveNode': grpc.unary_unary_rpc_method_handler(
+                    servicer.RemoveNode,
+                    request_deserializer=bridge_dot_proto_dot_meta__pb2.RemoveNodeRequest.FromString,
+                    response_serializer=bridge_dot_proto_dot_meta__pb2.RemoveNodeResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -220,6 +238,33 @@ class Meta:
             '/bridge.meta.Meta/GetStatus',
             bridge_dot_proto_dot_meta__pb2.StatusRequest.SerializeToString,
             bridge_dot_proto_dot_meta__pb2.StatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RemoveNode(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/bridge.meta.Meta/RemoveNode',
+            bridge_dot_proto_dot_meta__pb2.RemoveNodeRequest.SerializeToString,
+            bridge_dot_proto_dot_meta__pb2.RemoveNodeResponse.FromString,
             options,
             channel_credentials,
             insecure,

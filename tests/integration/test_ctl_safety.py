@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import json
+import re
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -104,6 +105,9 @@ def test_a_drainer_gone_for_good_is_taken_offline_and_a_pump_close_stops_waiting
         wait_until(
             lambda: not nodes_json(meta_addr, "drainers")["drainer-1"]["alive"], what="drainer-1 not alive"
         )
+        waited = run_cli("ctl", "--meta", meta_addr, "wait-drainers", "--timeout", "1")
+        assert waited.returncode == 1, waited.stdout + waited.stderr  # a dead drainer never catches up
+        assert re.search(r"still behind \d+: drainer-1 at \d+ \(not alive\)", waited.stderr), waited.stderr
         unconfirmed = run_cli("ctl", "--meta", meta_addr, "offline", "drainer-1")
         assert unconfirmed.returncode == 2 and "add --yes to confirm" in unconfirmed.stderr
         assert nodes_json(meta_addr, "drainers")["drainer-1"]["state"] == "online"
@@ -122,5 +126,56 @@ def test_a_drainer_gone_for_good_is_taken_offline_and_a_pump_close_stops_waiting
         assert status.returncode == 0 and json.loads(status.stdout)["cluster_id"] > 0
     finally:
         drainer.kill()
+        pump.kill()
+        meta.kill()
+
+
+def node_ids(meta_addr: str, *args: str) -> list[str]:
+    result = run_cli("ctl", "--meta", meta_addr, *args, "--output", "json")
+    assert result.returncode == 0, result.stderr
+    return sorted(node["node_id"] for node in json.loads(result.stdout))
+
+
+def test_remove_and_prune_delete_the_records_of_nodes_gone_for_good(tmp_path: Path) -> None:
+    meta, meta_addr = start_meta(tmp_path)
+    pump = PumpProcess(tmp_path, meta_addr)
+    drainers = [DrainerProcess(tmp_path, meta_addr, node_id=f"drainer-{i}") for i in (1, 2)]
+    try:
+        pump.start()
+        for drainer in drainers:
+            drainer.start()
+        assert node_ids(meta_addr, "nodes") == ["drainer-1", "drainer-2", "pump-1"]
+
+        alive = run_cli("ctl", "--meta", meta_addr, "remove", "pump-1", "--yes")
+        assert alive.returncode == 2 and "pump pump-1 is alive: take it offline first" in alive.stderr
+
+        drainers[1].kill()  # gone for good, never taken offline: remove does both steps
+        wait_until(lambda: not nodes_json(meta_addr, "drainers")["drainer-2"]["alive"], what="drainer-2 dead")
+        unconfirmed = run_cli("ctl", "--meta", meta_addr, "remove", "drainer-2")
+        assert unconfirmed.returncode == 2 and "add --yes to confirm" in unconfirmed.stderr
+        removed = run_cli("ctl", "--meta", meta_addr, "remove", "drainer-2", "--yes")
+        assert removed.returncode == 0, removed.stderr
+        assert "drainer-2: record deleted" in removed.stdout
+        assert node_ids(meta_addr, "nodes") == ["drainer-1", "pump-1"]
+
+        assert run_cli("ctl", "--meta", meta_addr, "close", "pump-1").returncode == 0
+        assert pump.child is not None and pump.child.wait(timeout=120) == 0
+        drainers[0].kill()
+        wait_until(lambda: not nodes_json(meta_addr, "drainers")["drainer-1"]["alive"], what="drainer-1 dead")
+        assert run_cli("ctl", "--meta", meta_addr, "offline", "drainer-1", "--yes").returncode == 0
+
+        assert node_ids(meta_addr, "prune", "--older-than", "1h") == []  # offline, but not for that long
+        wait_until(
+            lambda: (
+                node_ids(meta_addr, "prune", "--older-than", "1s", "--dry-run") == ["drainer-1", "pump-1"]
+            ),
+            what="both records offline and dead for over a second",
+        )
+        assert node_ids(meta_addr, "nodes") == ["drainer-1", "pump-1"]  # a dry run deletes nothing
+        assert node_ids(meta_addr, "prune", "--older-than", "1s") == ["drainer-1", "pump-1"]
+        assert node_ids(meta_addr, "nodes") == []
+    finally:
+        for drainer in drainers:
+            drainer.kill()
         pump.kill()
         meta.kill()

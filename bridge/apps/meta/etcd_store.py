@@ -252,6 +252,10 @@ class EtcdStore:
 
     async def _guarded_put(self, what: str, key: bytes, value: bytes) -> None:
         """Put ``key`` only while this member still holds the leader key."""
+        await self._guarded(what, self._client.transactions.put(key, value))
+
+    async def _guarded(self, what: str, operation: Any) -> None:
+        """Run one etcd operation (a put, a delete) only while this member still holds the leader key."""
         if not self._leading:
             raise NotLeader(f"{what}: this member is not the leader", self._leader_addr)
         leader_key = self.key("meta", "leader")
@@ -259,7 +263,7 @@ class EtcdStore:
         won, _ = await self._call(
             what,
             self._client.transaction(
-                compare=[txn.value(leader_key) == self._value], success=[txn.put(key, value)], failure=[]
+                compare=[txn.value(leader_key) == self._value], success=[operation], failure=[]
             ),
         )
         if not won:
@@ -303,3 +307,7 @@ class EtcdStore:
     async def save_node(self, status: meta_pb2.NodeStatus) -> None:
         key = self.key(KIND_DIRS[status.kind], status.node_id)
         await self._guarded_put(f"saving node {status.node_id}", key, node_to_json(status))
+
+    async def delete_node(self, kind: meta_pb2.NodeKind, node_id: str) -> None:
+        key = self.key(KIND_DIRS[kind], node_id)
+        await self._guarded(f"deleting node {node_id}", self._client.transactions.delete(key))

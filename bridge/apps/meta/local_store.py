@@ -153,5 +153,22 @@ class LocalStore:
         return loaded
 
     async def save_node(self, status: meta_pb2.NodeStatus) -> None:
-        path = self._dir / KIND_DIRS[status.kind] / f"{quote(status.node_id, safe='')}.json"
-        await self._write_async(path, node_to_json(status))
+        await self._write_async(self._node_path(status.kind, status.node_id), node_to_json(status))
+
+    async def delete_node(self, kind: meta_pb2.NodeKind, node_id: str) -> None:
+        await asyncio.shield(self._delete_in_order(self._node_path(kind, node_id)))
+
+    def _node_path(self, kind: meta_pb2.NodeKind, node_id: str) -> Path:
+        return self._dir / KIND_DIRS[kind] / f"{quote(node_id, safe='')}.json"
+
+    async def _delete_in_order(self, path: Path) -> None:
+        """After the writes queued before it (a record saved and then deleted stays deleted)."""
+        async with self._write_lock:
+            await asyncio.to_thread(self._unlink, path)
+
+    @staticmethod
+    def _unlink(path: Path) -> None:
+        try:
+            path.unlink(missing_ok=True)
+        except OSError as exc:
+            raise StoreError(f"cannot delete {path}: {exc.strerror}") from exc

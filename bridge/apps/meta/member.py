@@ -34,7 +34,7 @@ class MetaMember:
         self.store = store
         self.member_id = member_id
         self.oracle = TimestampOracle(store.save_tso_limit, save_interval_ms, clock)
-        self.registry = Registry(self._stamp, store.save_node, clock)
+        self.registry = Registry(self._stamp, store.save_node, clock, delete=store.delete_node)
         self.cluster_id = 0
         self.is_leader = False
         self._poll = poll_interval

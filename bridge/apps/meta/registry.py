@@ -67,16 +67,19 @@ def _same_except_update_ts(a: meta_pb2.NodeStatus, b: meta_pb2.NodeStatus) -> bo
 
 
 class Registry:
-    """Node status on the leader. ``stamp`` allocates a timestamp; ``save`` persists a record."""
+    """Node status on the leader. ``stamp`` allocates a timestamp; ``save`` persists a record;
+    ``delete`` deletes one (:meth:`remove`)."""
 
     def __init__(
         self,
         stamp: Callable[[], Awaitable[int]],
         save: Callable[[meta_pb2.NodeStatus], Awaitable[None]],
         clock: Clock = wall_clock_ms,
+        delete: Callable[[meta_pb2.NodeKind, str], Awaitable[None]] | None = None,
     ) -> None:
         self._stamp = stamp
         self._save = save
+        self._delete = delete
         self._clock = clock
         self._entries: dict[NodeKey, _Entry] = {}
         self._bad: dict[NodeKey, BadEntry] = {}
@@ -146,6 +149,30 @@ class Registry:
             if old is None or not _same_except_update_ts(old.status, record):
                 self._bump()
             return int(record.update_ts)
+
+    async def remove(self, kind: meta_pb2.NodeKind, node_id: str) -> meta_pb2.NodeStatus:
+        """Delete the record of an OFFLINE node that is not alive; returns it as it was.
+
+        Any other node is refused (ProtocolError): a live node, or one others
+        may still wait for, must not vanish from the registry.
+        """
+        self._check_serving()
+        self.refresh_liveness()
+        key: NodeKey = (kind, node_id)
+        async with self._locks.setdefault(key, asyncio.Lock()):
+            entry = self._entries.get(key)
+            if entry is None:
+                raise ProtocolError(f"no node {node_id!r} of kind {kind} in the registry")
+            if entry.status.state != meta_pb2.OFFLINE or entry.status.is_alive:
+                raise ProtocolError(f"node {node_id} is alive or not offline; only a gone node is removed")
+            if self._delete is None:
+                raise ProtocolError("this registry cannot delete records")
+            await self._delete(kind, node_id)
+            self._check_serving()
+            del self._entries[key]
+            self._bump()
+            log.info("registry: node %s removed", node_id)
+            return entry.status
 
     def refresh_liveness(self) -> bool:
         """Turn is_alive off for nodes whose TTL passed; True when any flipped."""

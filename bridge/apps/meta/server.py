@@ -70,20 +70,34 @@ class MetaService(meta_pb2_grpc.MetaServicer):
             await self._abort(context, exc)
         return meta_pb2.TsoResponse(first=first, count=count)
 
-    async def Heartbeat(self, request: meta_pb2.HeartbeatRequest, context: Any) -> meta_pb2.HeartbeatResponse:
+    def _check_leader_of(self, cluster_id: int, node_id: str) -> None:
+        """NotLeader unless this member leads; ClusterMismatch for another ``cluster_id`` (0: unchecked)."""
         member = self._member
+        if not member.is_leader:
+            raise NotLeader("not the leader")
+        if cluster_id and cluster_id != member.cluster_id:
+            raise ClusterMismatch(
+                f"node {node_id!r} sent cluster id {cluster_id}, "
+                f"but this meta service serves cluster {member.cluster_id}"
+            )
+
+    async def Heartbeat(self, request: meta_pb2.HeartbeatRequest, context: Any) -> meta_pb2.HeartbeatResponse:
         try:
-            if not member.is_leader:
-                raise NotLeader("not the leader")
-            if request.cluster_id and request.cluster_id != member.cluster_id:
-                raise ClusterMismatch(
-                    f"node {request.status.node_id!r} sent cluster id {request.cluster_id}, "
-                    f"but this meta service serves cluster {member.cluster_id}"
-                )
-            update_ts = await member.registry.heartbeat(request.status)
+            self._check_leader_of(request.cluster_id, request.status.node_id)
+            update_ts = await self._member.registry.heartbeat(request.status)
         except BridgeError as exc:
             await self._abort(context, exc)
         return meta_pb2.HeartbeatResponse(update_ts=update_ts)
+
+    async def RemoveNode(
+        self, request: meta_pb2.RemoveNodeRequest, context: Any
+    ) -> meta_pb2.RemoveNodeResponse:
+        try:
+            self._check_leader_of(request.cluster_id, request.node_id)
+            removed = await self._member.registry.remove(request.kind, request.node_id)
+        except BridgeError as exc:
+            await self._abort(context, exc)
+        return meta_pb2.RemoveNodeResponse(removed=removed)
 
     async def ListNodes(self, request: meta_pb2.ListNodesRequest, context: Any) -> meta_pb2.ListNodesResponse:
         registry = self._member.registry

@@ -84,6 +84,9 @@ class MetaStore(Protocol):
     async def save_node(self, status: meta_pb2.NodeStatus) -> None:
         """Durably save one node's record; leader only."""
 
+    async def delete_node(self, kind: meta_pb2.NodeKind, node_id: str) -> None:
+        """Delete one node's record (none: nothing to do); leader only."""
+
 
 def node_to_json(status: meta_pb2.NodeStatus) -> bytes:
     record = {
