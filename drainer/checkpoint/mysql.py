@@ -51,6 +51,7 @@ import pymysql.err
 from bridge.config import build
 from bridge.dsn import Dsn, parse_dsn
 from bridge.errors import ConfigError
+from bridge.retry import Backoff
 from drainer.checkpoint.base import CheckpointError, CheckpointState, RetriableCheckpointError
 
 log = logging.getLogger(__name__)
@@ -204,7 +205,7 @@ class MySQLCheckpoint:
 
     def _run(self, what: str, call: Callable[[pymysql.connections.Connection[Any]], T]) -> T:
         deadline = time.monotonic() + self.config.retry_timeout
-        delay = 0.1
+        backoff = Backoff(initial=0.1, cap=2.0)
         while True:
             try:
                 conn = self._connection()
@@ -216,6 +217,7 @@ class MySQLCheckpoint:
                     raise CheckpointError(
                         f"checkpoint {self.describe()}: {what} failed: MySQL error {code}: {_message(exc)}"
                     ) from None
+                delay = backoff.next_delay()
                 if time.monotonic() + delay > deadline:
                     raise RetriableCheckpointError(
                         f"checkpoint {self.describe()}: {what} failed for {self.config.retry_timeout:g}s: "
@@ -230,22 +232,15 @@ class MySQLCheckpoint:
                     delay,
                 )
                 time.sleep(delay)
-                delay = min(delay * 2, 2.0)
 
     def _connection(self) -> pymysql.connections.Connection[Any]:
         if self._conn is None:
-            self._conn = pymysql.connect(
-                host=self.dsn.host,
-                port=self.dsn.port,
-                user=self.dsn.user,
-                password=self.dsn.password,
+            self._conn = self.dsn.connect(
                 connect_timeout=self.config.connect_timeout,
+                database=None,  # the table is named with its schema
                 read_timeout=max(self.config.connect_timeout * 6, 30.0),
                 write_timeout=max(self.config.connect_timeout * 6, 30.0),
                 autocommit=False,
-                charset=self.dsn.param("charset", "utf8mb4"),
-                unix_socket=self.dsn.param("unix_socket") or None,
-                **self.dsn.pymysql_tls(),
             )
         if not self._created:
             self._create(self._conn)

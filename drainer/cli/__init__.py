@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
-import signal
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from drainer.config import DrainerConfig
+from bridge.startup import run_until_stopped
 
 # flag dest -> config key
 FLAG_KEYS = {
@@ -57,15 +54,6 @@ def run(args: argparse.Namespace) -> int:
 
     overrides = {key: getattr(args, dest) for dest, key in FLAG_KEYS.items()}
     config = load_config(args.config, overrides)
-    asyncio.run(_serve_until_signalled(config))
-    return 0
-
-
-async def _serve_until_signalled(config: DrainerConfig) -> None:
     from drainer.app import serve
 
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await serve(config, stop)
+    return run_until_stopped(lambda stop: serve(config, stop))

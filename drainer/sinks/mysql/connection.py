@@ -31,7 +31,6 @@ import contextlib
 import logging
 import re
 import socket
-import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,18 +59,13 @@ class ConnectSettings:
     def connect(self, autocommit: bool) -> Any:
         """A new connection; raises pymysql errors (callers translate them)."""
         init = "SET time_zone = '+00:00', sql_mode = %s, foreign_key_checks = %s"
-        conn = pymysql.connect(
-            host=self.dsn.host,
-            port=self.dsn.port,
-            user=self.dsn.user,
-            password=self.dsn.password,
-            charset="utf8mb4",
-            autocommit=autocommit,
+        conn = self.dsn.connect(
             connect_timeout=max(1, int(self.connect_timeout)),
+            database=None,  # tables land in databases of their own names
+            autocommit=autocommit,
             read_timeout=self.read_timeout or None,
             write_timeout=self.write_timeout or None,
             client_flag=CLIENT.MULTI_STATEMENTS,
-            **self.dsn.pymysql_tls(),
         )
         try:
             with conn.cursor() as cur:
@@ -140,21 +134,3 @@ def translate_error(exc: BaseException, where: str, shape: str = "") -> SinkErro
     if is_retriable(exc):
         return SinkUnavailable(f"{where}: the downstream is unavailable or busy: {describe(exc)}{statement}")
     return SinkApplyError(f"{where}: the downstream refused the change: {describe(exc)}{statement}")
-
-
-class Backoff:
-    """Capped exponential delay between connection attempts, interruptible by ``stop``."""
-
-    def __init__(self, cap: float, stop: threading.Event, initial: float = 0.1) -> None:
-        self.cap, self.stop, self.initial = cap, stop, initial
-        self.failures = 0
-
-    def wait(self) -> None:
-        if self.failures:
-            self.stop.wait(min(self.initial * 2 ** (self.failures - 1), self.cap))
-
-    def failed(self) -> None:
-        self.failures += 1
-
-    def succeeded(self) -> None:
-        self.failures = 0

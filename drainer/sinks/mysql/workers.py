@@ -36,10 +36,11 @@ from typing import Any
 
 import pymysql
 
+from bridge.retry import Backoff
 from bridge.sink.errors import SinkApplyError, SinkError
 from drainer.sinks.mysql import metrics
 from drainer.sinks.mysql.batch import STATEMENT_BYTES, Batch, Op, Unit, units
-from drainer.sinks.mysql.connection import Backoff, ConnectSettings, close_quietly, translate_error
+from drainer.sinks.mysql.connection import ConnectSettings, close_quietly, translate_error
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +99,7 @@ class Worker(threading.Thread):
         self.error: SinkError | None = None
         self.conn: Any = None
         self.connection_id = 0
-        self._backoff = Backoff(retry_max, stop)
+        self._backoff = Backoff(initial=min(0.1, retry_max), cap=retry_max)  # between reconnects
         self._stop_event = stop
         self._held: list[Unit] = []  # units applied (or being applied) since the last commit
         self._pending = 0  # row changes in them
@@ -144,15 +145,15 @@ class Worker(threading.Thread):
 
     def _connection(self) -> Any:
         if self.conn is None:
-            self._backoff.wait()
+            self._stop_event.wait(self._backoff.delay)
             try:
                 self.conn = self.settings.connect(autocommit=False)
             except BaseException:
-                self._backoff.failed()
+                self._backoff.next_delay()
                 raise
             if self._backoff.failures:
                 log.info("mysql sink worker %d: reconnected to %s", self.number, self.settings.dsn.redacted())
-            self._backoff.succeeded()
+            self._backoff.reset()
             self.connection_id = int(self.conn.thread_id())
         return self.conn
 
