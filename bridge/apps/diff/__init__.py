@@ -3,7 +3,7 @@
 Library use (the demo and the end-to-end tests call it)::
 
     from bridge.apps.diff import diff
-    report = diff("sqlite:///var/up.db", "sqlite:///var/drainer/sqlite", tables=["main.t"])
+    report = diff("sqlite:var/up.db", "sqlite:var/drainer-1/sqlite", tables=["main.t"])
     assert report.equal, "\\n".join(report.lines())
 
 How tables are compared: :mod:`bridge.apps.diff.compare`; how values from
