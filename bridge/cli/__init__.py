@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import sys
 from collections.abc import Sequence
 from importlib.metadata import entry_points
@@ -26,6 +25,7 @@ from importlib.metadata import entry_points
 from bridge import __version__
 from bridge.cli.text import plain_help, sub_parsers
 from bridge.errors import BridgeError, UserError
+from bridge.startup import LOG_LEVELS, configure_logging
 
 COMMANDS_GROUP = "binlog_bridge.commands"  # entry points: name = "module:add_parser"
 
@@ -41,9 +41,6 @@ SUBCOMMANDS: dict[str, str] = {
     "consume": "bridge.cli.consume",
     "capture": "bridge.cli.capture",
 }
-
-
-LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -79,11 +76,7 @@ def _accept_global_flags(parser: argparse.ArgumentParser) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=getattr(logging, args.log_level.upper()),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    configure_logging(args.log_level)
     try:
         status: int = args.func(args)
     except UserError as exc:
