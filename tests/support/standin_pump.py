@@ -30,7 +30,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import signal
 import sys
 from collections.abc import AsyncIterator
 from typing import Any
@@ -42,6 +41,7 @@ from bridge.errors import MetaError
 from bridge.grpcutil import add_port, channel_options
 from bridge.meta.client import MetaClient
 from bridge.proto import binlog_pb2, meta_pb2, pump_pb2, pump_pb2_grpc
+from bridge.startup import configure_logging, run_until_stopped
 
 log = logging.getLogger("standin_pump")
 
@@ -115,7 +115,7 @@ async def heartbeat_forever(
             log.warning("heartbeat failed: %s", exc)
 
 
-async def serve(args: argparse.Namespace) -> None:
+async def serve(args: argparse.Namespace, stop: asyncio.Event) -> None:
     meta = MetaClient(args.meta)
     cluster_id = await meta.cluster_id()
     log_fd = os.open(args.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -133,10 +133,6 @@ async def serve(args: argparse.Namespace) -> None:
     )
     await meta.heartbeat(status, cluster_id)
     print(f"standin pump ready: {args.node_id} on {args.addr}, cluster {cluster_id}", flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
     beating = asyncio.create_task(heartbeat_forever(meta, status, cluster_id, args.heartbeat))
     await stop.wait()
     beating.cancel()
@@ -164,13 +160,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging("info")
     try:
-        asyncio.run(serve(args))
+        return run_until_stopped(lambda stop: serve(args, stop))
     except MetaError as exc:
         print(f"standin pump: {exc}", file=sys.stderr)
         return 1
-    return 0
 
 
 if __name__ == "__main__":
