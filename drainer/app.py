@@ -51,6 +51,7 @@ from bridge.proto import drainer_pb2_grpc
 from bridge.sink.contract import SinkContext
 from bridge.sink.registry import build_sink
 from bridge.sink.schema import SchemaTracker
+from bridge.status_http import server_ssl_context
 from bridge.tso import physical_ms, to_datetime
 from drainer import metrics
 from drainer.checkpoint import Checkpoint, CheckpointState, build_checkpoint
@@ -138,7 +139,13 @@ class Drainer:
         service = CisternService(self.collector)
         drainer_pb2_grpc.add_CisternServicer_to_server(service, self.server)  # type: ignore[no-untyped-call]
         self.closing = asyncio.Event()
-        self.http = StatusServer(self.status, self.refresh_metrics, self.close, *config.status_listen())
+        self.http = StatusServer(
+            self.status,
+            self.refresh_metrics,
+            self.close,
+            *config.status_listen(),
+            server_ssl_context(config.security),
+        )
 
     def close(self) -> dict[str, object]:
         """Stop cleanly and register OFFLINE (``POST /state/close``)."""

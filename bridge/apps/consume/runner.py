@@ -11,15 +11,11 @@ it; with ``--apply`` everything up to it applied), or after
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import signal
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from types import FrameType
 from typing import TextIO
 
 from bridge.apps.consume.apply import Applier
@@ -29,6 +25,7 @@ from bridge.apps.consume.ordering import ResolvedBuffer
 from bridge.apps.consume.reader import ChangeReader
 from bridge.apps.consume.retire import Retirements
 from bridge.errors import BridgeError
+from bridge.startup import stop_on_signals
 
 log = logging.getLogger(__name__)
 
@@ -82,26 +79,6 @@ class Summary:
 
 def progress(message: str) -> None:
     print(f"consume: {message}", file=sys.stderr, flush=True)
-
-
-@contextlib.contextmanager
-def stop_on_signals() -> Iterator[threading.Event]:
-    """An event set by SIGTERM or SIGINT while the block runs (handlers restored after)."""
-    stop = threading.Event()
-    if threading.current_thread() is not threading.main_thread():
-        yield stop
-        return
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        log.info("consume: signal %d: stopping after the current batch", signum)
-        stop.set()
-
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield stop
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
 
 
 class Loop:
@@ -164,7 +141,7 @@ def run_print(reader: ChangeReader, limits: Limits, out: TextIO, *, show_resolve
     summary = Summary("print")
     # with a prefix, --until-ts waits on every table topic: dropped tables' topics are retired as in --apply
     retirements = Retirements(reader.ddl_topic) if reader.ddl_topic and not reader.topics else None
-    with stop_on_signals() as stop:
+    with stop_on_signals("consume") as stop:
         reader.refresh(force=True)
         for topic in reader.missing_topics():
             loop.report(f"topic {topic} does not exist (yet); waiting for it")
@@ -227,7 +204,7 @@ def run_apply(reader: ChangeReader, applier: Applier, limits: Limits) -> Summary
     loop = Loop(reader, buffer, limits)
     summary = Summary("apply")
     retirements = Retirements(reader.ddl_topic)
-    with stop_on_signals() as stop:
+    with stop_on_signals("consume") as stop:
         reader.refresh(force=True)
         if reader.ddl_topic not in reader.assigned:
             loop.report(f"DDL topic {reader.ddl_topic} does not exist (yet); waiting for it")
