@@ -88,6 +88,21 @@ SECTIONS: list[tuple[str, str, str, str]] = [
         "Example: [examples/drainer-kafka.toml](examples/drainer-kafka.toml).",
     ),
     (
+        "redis sink",
+        "drainer.sinks.redis.config:RedisSinkConfig",
+        'the drainer\'s `[sink]` table with `type = "redis"`, keys in `[sink.redis]`, rules in '
+        "`[[sink.redis.rules]]`",
+        "Cache invalidation, publish, streams and cache warming in Redis or Redis Cluster. "
+        "Guide: [redis-sink.md](redis-sink.md). Example: [examples/drainer-redis.toml](examples/drainer-redis.toml).",
+    ),
+    (
+        "binlog-bridge capture",
+        "bridge.apps.capture.config:CaptureFile",
+        "`binlog-bridge capture --config capture.toml`",
+        "Capture from an existing MySQL/MariaDB row binlog into the pumps. "
+        "Guide: [capture.md](capture.md). Example: [examples/capture.toml](examples/capture.toml).",
+    ),
+    (
         "Pump client (producers)",
         "bridge.pumpclient.config:PumpClientConfig",
         "a `[pump-client]` table in a producer's TOML, or `PumpClientConfig(...)` in code",
@@ -152,6 +167,10 @@ def _rows(cls: type[Any], prefix: str) -> tuple[list[str], list[tuple[str, type[
         tp = hints[field.name]
         if dataclasses.is_dataclass(tp):
             tables.append((f"{prefix}{key}", tp))
+            continue
+        item = typing.get_args(tp)[0] if typing.get_origin(tp) is list else None
+        if isinstance(item, type) and dataclasses.is_dataclass(item):
+            tables.append((f"[{prefix}{key}]", item))  # an array of tables: [[sink.redis.rules]]
             continue
         help_text = plain(field.metadata.get("help", ""))
         if not help_text:
