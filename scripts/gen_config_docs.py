@@ -93,7 +93,8 @@ SECTIONS: list[tuple[str, str, str, str]] = [
         'the drainer\'s `[sink]` table with `type = "redis"`, keys in `[sink.redis]`, rules in '
         "`[[sink.redis.rules]]`",
         "Cache invalidation, publish, streams and cache warming in Redis or Redis Cluster. "
-        "Guide: [redis-sink.md](redis-sink.md). Example: [examples/drainer-redis.toml](examples/drainer-redis.toml).",
+        "Guide: [redis-sink.md](redis-sink.md). "
+        "Example: [examples/drainer-redis.toml](examples/drainer-redis.toml).",
     ),
     (
         "binlog-bridge capture",
