@@ -18,8 +18,9 @@ Then it runs until ``stop`` is set (SIGTERM, SIGINT): the syncer writes what
 it built, flushes and saves a consistent checkpoint, the sink is closed, the
 node registers PAUSED with the final checkpoint. A halt (a transaction the
 drainer cannot replicate), a sink that fails for good or a malformed pump
-stream stops it the same way, keeping the checkpoint below the fault, and
-:func:`serve` raises the error. After SIGKILL the next start resumes from
+stream stops it the same way, keeping the checkpoint below the fault, but
+the node registers FAILED with the error and its time, and :func:`serve`
+raises the error. After SIGKILL the next start resumes from
 the last checkpoint; sinks take the re-delivered events per their contract.
 
 With a relay log (``[relay] dir``) the sink is wrapped in a
@@ -47,6 +48,7 @@ from bridge.config import describe
 from bridge.errors import BridgeError, MetaUnavailable
 from bridge.grpcutil import add_port, channel_options
 from bridge.meta.client import MetaClient
+from bridge.meta.nodes import wall_time
 from bridge.proto import drainer_pb2_grpc
 from bridge.sink.contract import SinkContext
 from bridge.sink.registry import build_sink
@@ -180,6 +182,9 @@ class Drainer:
             "pumps": self.collector.status(),
             "sink": self.syncer.status(),
             "relay": self.relay.status() if self.relay is not None else None,
+            "failed": {"error": self.node.error, "time": wall_time(self.node.error_ms)}
+            if self.node.error
+            else None,
             "errors": {
                 "heartbeat": self.node.last_error or None,
                 "halted": str(self.syncer.halted) if self.syncer.halted else None,
@@ -245,6 +250,10 @@ async def _run_until_stopped(drainer: Drainer, syncing: asyncio.Task[None], stop
         await syncing
     except BridgeError as exc:
         log.error("replication stopped: %s", exc)
+        drainer.node.fail(str(exc))
+        raise
+    except Exception as exc:
+        drainer.node.fail(f"{type(exc).__name__}: {exc}")
         raise
     log.info(
         "drainer %s stopped at checkpoint commit_ts %d", drainer.node.node_id, drainer.syncer.checkpoint_ts
@@ -252,6 +261,7 @@ async def _run_until_stopped(drainer: Drainer, syncing: asyncio.Task[None], stop
     failed = drainer.collector.failed
     error = failed.exception() if failed.done() and not failed.cancelled() else None
     if error is not None:
+        drainer.node.fail(str(error))
         raise error
 
 

@@ -10,8 +10,10 @@
   checkpoint (what a closing pump waits for). ONLINE while running; PAUSED
   once stopped, so a closing pump still waits for it (it will need the
   pump's last binlogs when it resumes) while a joining pump does not (it
-  notifies only ONLINE, alive drainers); OFFLINE once closed for good
-  (``POST /state/close``), when no pump waits for it any more.
+  notifies only ONLINE, alive drainers); FAILED instead of PAUSED when it
+  halted on an error, with the error text and its time (``ctl drainers``
+  shows them; pumps wait for it as for a PAUSED one); OFFLINE once closed
+  for good (``POST /state/close``), when no pump waits for it any more.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -31,7 +34,7 @@ from drainer import metrics
 
 log = logging.getLogger(__name__)
 
-STOP_ATTEMPTS = 3  # heartbeats tried when registering PAUSED at stop
+STOP_ATTEMPTS = 3  # heartbeats tried when registering the final state at stop
 
 
 class Notified(Protocol):
@@ -83,6 +86,8 @@ class DrainerNode:
         self._lock = asyncio.Lock()
         self.reported_ts = position()
         self.last_error = ""
+        self.error = ""  # what halted the drainer: registered with FAILED
+        self.error_ms = 0
 
     @property
     def node_id(self) -> str:
@@ -90,7 +95,12 @@ class DrainerNode:
 
     @property
     def state(self) -> str:
-        return meta_pb2.NodeState.Name(self._state)
+        """The registered state; FAILED from :meth:`fail` on, while stopping."""
+        return (
+            "FAILED"
+            if self.error and self._final_state == meta_pb2.FAILED
+            else meta_pb2.NodeState.Name(self._state)
+        )
 
     async def start(self) -> None:
         """Register ONLINE (raises MetaError if the registry refuses) and keep heartbeating."""
@@ -99,8 +109,9 @@ class DrainerNode:
         log.info("drainer %s registered online at %s", self.node_id, self.settings.addr)
 
     async def stop(self) -> None:
-        """Stop heartbeating and register the final state (PAUSED, or OFFLINE after
-        :meth:`close_for_good`) with the final checkpoint (best effort)."""
+        """Stop heartbeating and register the final state (PAUSED, FAILED after
+        :meth:`fail`, OFFLINE after :meth:`close_for_good`) with the final
+        checkpoint (best effort)."""
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -119,6 +130,12 @@ class DrainerNode:
         """Register OFFLINE when stopped: closing pumps stop waiting for this drainer."""
         self._final_state = meta_pb2.OFFLINE
 
+    def fail(self, error: str) -> None:
+        """Register FAILED with ``error`` and the time now when stopped (unless closed for good)."""
+        self.error, self.error_ms = error, int(time.time() * 1000)
+        if self._final_state != meta_pb2.OFFLINE:
+            self._final_state = meta_pb2.FAILED
+
     async def _loop(self) -> None:
         while True:
             await asyncio.sleep(self.settings.heartbeat_interval)
@@ -135,6 +152,8 @@ class DrainerNode:
                 state=self._state,
                 max_commit_ts=position,
                 ttl_ms=self.settings.ttl_ms,
+                error=self.error if self._state == meta_pb2.FAILED else "",
+                error_ms=self.error_ms if self._state == meta_pb2.FAILED else 0,
             )
             try:
                 await self._registry.heartbeat(status, self.settings.cluster_id)

@@ -13,6 +13,7 @@ import asyncio
 import json
 import sys
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from bridge.cli.nodectl import STATE_ACTIONS, find_node, post_state
@@ -20,7 +21,7 @@ from bridge.cli.nodegone import OFFLINE_HELP, PRUNE_HELP, REMOVE_HELP, mark_offl
 from bridge.errors import UserError
 from bridge.grpcutil import SecurityConfig
 from bridge.meta.client import DEFAULT_ADDR, MetaClient
-from bridge.meta.nodes import KIND_NAMES, STATE_NAMES
+from bridge.meta.nodes import KIND_NAMES, STATE_NAMES, wall_time
 from bridge.proto import meta_pb2
 from bridge.tso import to_datetime
 
@@ -154,8 +155,19 @@ async def list_nodes(client: MetaClient, args: argparse.Namespace) -> None:
         print(json.dumps(rows, indent=1))
     elif args.action == "drainers":
         print_table([drainer_row(n, now) for n in response.nodes], DRAINER_COLUMNS)
+        print_failures(response.nodes)
     else:
         print_table([node_row(n) for n in response.nodes])
+        print_failures(response.nodes)
+
+
+def print_failures(nodes: Iterable[meta_pb2.NodeStatus]) -> None:
+    """Under the table, one line per FAILED node: when it halted and on what."""
+    for node in nodes:
+        if node.state == meta_pb2.FAILED:
+            when = wall_time(node.error_ms) or "?"
+            error = " ".join(node.error.split()) or "(no error recorded)"
+            print(f"{KIND_NAMES.get(node.kind, '?')} {node.node_id} failed at {when}: {error}")
 
 
 def print_pruned(gone: list[meta_pb2.NodeStatus], args: argparse.Namespace) -> None:
@@ -228,6 +240,8 @@ def node_json(node: meta_pb2.NodeStatus, now: float) -> dict[str, object]:
         "update_ts": node.update_ts,
         "last_heartbeat": _iso(node.update_ts),
         "ttl_ms": node.ttl_ms,
+        "error": node.error or None,
+        "error_time": wall_time(node.error_ms),
     }
 
 

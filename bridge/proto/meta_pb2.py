@@ -24,39 +24,39 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x62ridge/proto/meta.proto\x12\x0b\x62ridge.meta\"\x1b\n\nTsoRequest\x12\r\n\x05\x63ount\x18\x01 \x01(\r\"+\n\x0bTsoResponse\x12\r\n\x05\x66irst\x18\x01 \x01(\x03\x12\r\n\x05\x63ount\x18\x02 \x01(\r\"\xf6\x01\n\nNodeStatus\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12#\n\x04kind\x18\x02 \x01(\x0e\x32\x15.bridge.meta.NodeKind\x12\x0c\n\x04\x61\x64\x64r\x18\x03 \x01(\t\x12%\n\x05state\x18\x04 \x01(\x0e\x32\x16.bridge.meta.NodeState\x12\x10\n\x08is_alive\x18\x05 \x01(\x08\x12\r\n\x05score\x18\x06 \x01(\x03\x12\r\n\x05label\x18\x07 \x01(\t\x12\x15\n\rmax_commit_ts\x18\x08 \x01(\x03\x12\x11\n\tupdate_ts\x18\t \x01(\x03\x12\x0e\n\x06ttl_ms\x18\n \x01(\r\x12\x13\n\x0bstatus_addr\x18\x0b \x01(\t\"O\n\x10HeartbeatRequest\x12\x12\n\ncluster_id\x18\x01 \x01(\x04\x12\'\n\x06status\x18\x02 \x01(\x0b\x32\x17.bridge.meta.NodeStatus\"&\n\x11HeartbeatResponse\x12\x11\n\tupdate_ts\x18\x01 \x01(\x03\"_\n\x10ListNodesRequest\x12#\n\x04kind\x18\x01 \x01(\x0e\x32\x15.bridge.meta.NodeKind\x12\x15\n\rwait_revision\x18\x02 \x01(\x04\x12\x0f\n\x07wait_ms\x18\x03 \x01(\r\"]\n\x11ListNodesResponse\x12&\n\x05nodes\x18\x01 \x03(\x0b\x32\x17.bridge.meta.NodeStatus\x12\x10\n\x08revision\x18\x02 \x01(\x04\x12\x0e\n\x06\x65rrors\x18\x03 \x03(\t\"]\n\x11RemoveNodeRequest\x12\x12\n\ncluster_id\x18\x01 \x01(\x04\x12#\n\x04kind\x18\x02 \x01(\x0e\x32\x15.bridge.meta.NodeKind\x12\x0f\n\x07node_id\x18\x03 \x01(\t\">\n\x12RemoveNodeResponse\x12(\n\x07removed\x18\x01 \x01(\x0b\x32\x17.bridge.meta.NodeStatus\"\x0f\n\rStatusRequest\"p\n\x0eStatusResponse\x12\x12\n\ncluster_id\x18\x01 \x01(\x04\x12\x11\n\tmember_id\x18\x02 \x01(\t\x12\x11\n\tis_leader\x18\x03 \x01(\x08\x12\x13\n\x0bleader_addr\x18\x04 \x01(\t\x12\x0f\n\x07\x62\x61\x63kend\x18\x05 \x01(\t*<\n\x08NodeKind\x12\x19\n\x15NODE_KIND_UNSPECIFIED\x10\x00\x12\x08\n\x04PUMP\x10\x01\x12\x0b\n\x07\x44RAINER\x10\x02*f\n\tNodeState\x12\x1a\n\x16NODE_STATE_UNSPECIFIED\x10\x00\x12\n\n\x06ONLINE\x10\x01\x12\x0b\n\x07PAUSING\x10\x02\x12\n\n\x06PAUSED\x10\x03\x12\x0b\n\x07\x43LOSING\x10\x04\x12\x0b\n\x07OFFLINE\x10\x05\x32\x81\x03\n\x04Meta\x12\x44\n\rGetTimestamps\x12\x17.bridge.meta.TsoRequest\x1a\x18.bridge.meta.TsoResponse\"\x00\x12L\n\tHeartbeat\x12\x1d.bridge.meta.HeartbeatRequest\x1a\x1e.bridge.meta.HeartbeatResponse\"\x00\x12L\n\tListNodes\x12\x1d.bridge.meta.ListNodesRequest\x1a\x1e.bridge.meta.ListNodesResponse\"\x00\x12\x46\n\tGetStatus\x12\x1a.bridge.meta.StatusRequest\x1a\x1b.bridge.meta.StatusResponse\"\x00\x12O\n\nRemoveNode\x12\x1e.bridge.meta.RemoveNodeRequest\x1a\x1f.bridge.meta.RemoveNodeResponse\"\x00\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17\x62ridge/proto/meta.proto\x12\x0b\x62ridge.meta\"\x1b\n\nTsoRequest\x12\r\n\x05\x63ount\x18\x01 \x01(\r\"+\n\x0bTsoResponse\x12\r\n\x05\x66irst\x18\x01 \x01(\x03\x12\r\n\x05\x63ount\x18\x02 \x01(\r\"\x97\x02\n\nNodeStatus\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12#\n\x04kind\x18\x02 \x01(\x0e\x32\x15.bridge.meta.NodeKind\x12\x0c\n\x04\x61\x64\x64r\x18\x03 \x01(\t\x12%\n\x05state\x18\x04 \x01(\x0e\x32\x16.bridge.meta.NodeState\x12\x10\n\x08is_alive\x18\x05 \x01(\x08\x12\r\n\x05score\x18\x06 \x01(\x03\x12\r\n\x05label\x18\x07 \x01(\t\x12\x15\n\rmax_commit_ts\x18\x08 \x01(\x03\x12\x11\n\tupdate_ts\x18\t \x01(\x03\x12\x0e\n\x06ttl_ms\x18\n \x01(\r\x12\x13\n\x0bstatus_addr\x18\x0b \x01(\t\x12\r\n\x05\x65rror\x18\x0c \x01(\t\x12\x10\n\x08\x65rror_ms\x18\r \x01(\x03\"O\n\x10HeartbeatRequest\x12\x12\n\ncluster_id\x18\x01 \x01(\x04\x12\'\n\x06status\x18\x02 \x01(\x0b\x32\x17.bridge.meta.NodeStatus\"&\n\x11HeartbeatResponse\x12\x11\n\tupdate_ts\x18\x01 \x01(\x03\"_\n\x10ListNodesRequest\x12#\n\x04kind\x18\x01 \x01(\x0e\x32\x15.bridge.meta.NodeKind\x12\x15\n\rwait_revision\x18\x02 \x01(\x04\x12\x0f\n\x07wait_ms\x18\x03 \x01(\r\"]\n\x11ListNodesResponse\x12&\n\x05nodes\x18\x01 \x03(\x0b\x32\x17.bridge.meta.NodeStatus\x12\x10\n\x08revision\x18\x02 \x01(\x04\x12\x0e\n\x06\x65rrors\x18\x03 \x03(\t\"]\n\x11RemoveNodeRequest\x12\x12\n\ncluster_id\x18\x01 \x01(\x04\x12#\n\x04kind\x18\x02 \x01(\x0e\x32\x15.bridge.meta.NodeKind\x12\x0f\n\x07node_id\x18\x03 \x01(\t\">\n\x12RemoveNodeResponse\x12(\n\x07removed\x18\x01 \x01(\x0b\x32\x17.bridge.meta.NodeStatus\"\x0f\n\rStatusRequest\"p\n\x0eStatusResponse\x12\x12\n\ncluster_id\x18\x01 \x01(\x04\x12\x11\n\tmember_id\x18\x02 \x01(\t\x12\x11\n\tis_leader\x18\x03 \x01(\x08\x12\x13\n\x0bleader_addr\x18\x04 \x01(\t\x12\x0f\n\x07\x62\x61\x63kend\x18\x05 \x01(\t*<\n\x08NodeKind\x12\x19\n\x15NODE_KIND_UNSPECIFIED\x10\x00\x12\x08\n\x04PUMP\x10\x01\x12\x0b\n\x07\x44RAINER\x10\x02*r\n\tNodeState\x12\x1a\n\x16NODE_STATE_UNSPECIFIED\x10\x00\x12\n\n\x06ONLINE\x10\x01\x12\x0b\n\x07PAUSING\x10\x02\x12\n\n\x06PAUSED\x10\x03\x12\x0b\n\x07\x43LOSING\x10\x04\x12\x0b\n\x07OFFLINE\x10\x05\x12\n\n\x06\x46\x41ILED\x10\x06\x32\x81\x03\n\x04Meta\x12\x44\n\rGetTimestamps\x12\x17.bridge.meta.TsoRequest\x1a\x18.bridge.meta.TsoResponse\"\x00\x12L\n\tHeartbeat\x12\x1d.bridge.meta.HeartbeatRequest\x1a\x1e.bridge.meta.HeartbeatResponse\"\x00\x12L\n\tListNodes\x12\x1d.bridge.meta.ListNodesRequest\x1a\x1e.bridge.meta.ListNodesResponse\"\x00\x12\x46\n\tGetStatus\x12\x1a.bridge.meta.StatusRequest\x1a\x1b.bridge.meta.StatusResponse\"\x00\x12O\n\nRemoveNode\x12\x1e.bridge.meta.RemoveNodeRequest\x1a\x1f.bridge.meta.RemoveNodeResponse\"\x00\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'bridge.proto.meta_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_NODEKIND']._serialized_start=966
-  _globals['_NODEKIND']._serialized_end=1026
-  _globals['_NODESTATE']._serialized_start=1028
-  _globals['_NODESTATE']._serialized_end=1130
+  _globals['_NODEKIND']._serialized_start=999
+  _globals['_NODEKIND']._serialized_end=1059
+  _globals['_NODESTATE']._serialized_start=1061
+  _globals['_NODESTATE']._serialized_end=1175
   _globals['_TSOREQUEST']._serialized_start=40
   _globals['_TSOREQUEST']._serialized_end=67
   _globals['_TSORESPONSE']._serialized_start=69
   _globals['_TSORESPONSE']._serialized_end=112
   _globals['_NODESTATUS']._serialized_start=115
-  _globals['_NODESTATUS']._serialized_end=361
-  _globals['_HEARTBEATREQUEST']._serialized_start=363
-  _globals['_HEARTBEATREQUEST']._serialized_end=442
-  _globals['_HEARTBEATRESPONSE']._serialized_start=444
-  _globals['_HEARTBEATRESPONSE']._serialized_end=482
-  _globals['_LISTNODESREQUEST']._serialized_start=484
-  _globals['_LISTNODESREQUEST']._serialized_end=579
-  _globals['_LISTNODESRESPONSE']._serialized_start=581
-  _globals['_LISTNODESRESPONSE']._serialized_end=674
-  _globals['_REMOVENODEREQUEST']._serialized_start=676
-  _globals['_REMOVENODEREQUEST']._serialized_end=769
-  _globals['_REMOVENODERESPONSE']._serialized_start=771
-  _globals['_REMOVENODERESPONSE']._serialized_end=833
-  _globals['_STATUSREQUEST']._serialized_start=835
-  _globals['_STATUSREQUEST']._serialized_end=850
-  _globals['_STATUSRESPONSE']._serialized_start=852
-  _globals['_STATUSRESPONSE']._serialized_end=964
-  _globals['_META']._serialized_start=1133
-  _globals['_META']._serialized_end=1518
+  _globals['_NODESTATUS']._serialized_end=394
+  _globals['_HEARTBEATREQUEST']._serialized_start=396
+  _globals['_HEARTBEATREQUEST']._serialized_end=475
+  _globals['_HEARTBEATRESPONSE']._serialized_start=477
+  _globals['_HEARTBEATRESPONSE']._serialized_end=515
+  _globals['_LISTNODESREQUEST']._serialized_start=517
+  _globals['_LISTNODESREQUEST']._serialized_end=612
+  _globals['_LISTNODESRESPONSE']._serialized_start=614
+  _globals['_LISTNODESRESPONSE']._serialized_end=707
+  _globals['_REMOVENODEREQUEST']._serialized_start=709
+  _globals['_REMOVENODEREQUEST']._serialized_end=802
+  _globals['_REMOVENODERESPONSE']._serialized_start=804
+  _globals['_REMOVENODERESPONSE']._serialized_end=866
+  _globals['_STATUSREQUEST']._serialized_start=868
+  _globals['_STATUSREQUEST']._serialized_end=883
+  _globals['_STATUSRESPONSE']._serialized_start=885
+  _globals['_STATUSRESPONSE']._serialized_end=997
+  _globals['_META']._serialized_start=1178
+  _globals['_META']._serialized_end=1563
 # @@protoc_insertion_point(module_scope)

@@ -21,6 +21,7 @@ class NodeState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     PAUSED: _ClassVar[NodeState]
     CLOSING: _ClassVar[NodeState]
     OFFLINE: _ClassVar[NodeState]
+    FAILED: _ClassVar[NodeState]
 NODE_KIND_UNSPECIFIED: NodeKind
 PUMP: NodeKind
 DRAINER: NodeKind
@@ -30,6 +31,7 @@ PAUSING: NodeState
 PAUSED: NodeState
 CLOSING: NodeState
 OFFLINE: NodeState
+FAILED: NodeState
 
 class TsoRequest(_message.Message):
     __slots__ = ("count",)
@@ -46,7 +48,7 @@ class TsoResponse(_message.Message):
     def __init__(self, first: _Optional[int] = ..., count: _Optional[int] = ...) -> None: ...
 
 class NodeStatus(_message.Message):
-    __slots__ = ("node_id", "kind", "addr", "state", "is_alive", "score", "label", "max_commit_ts", "update_ts", "ttl_ms", "status_addr")
+    __slots__ = ("node_id", "kind", "addr", "state", "is_alive", "score", "label", "max_commit_ts", "update_ts", "ttl_ms", "status_addr", "error", "error_ms")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     ADDR_FIELD_NUMBER: _ClassVar[int]
@@ -58,6 +60,8 @@ class NodeStatus(_message.Message):
     UPDATE_TS_FIELD_NUMBER: _ClassVar[int]
     TTL_MS_FIELD_NUMBER: _ClassVar[int]
     STATUS_ADDR_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MS_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     kind: NodeKind
     addr: str
@@ -69,7 +73,9 @@ class NodeStatus(_message.Message):
     update_ts: int
     ttl_ms: int
     status_addr: str
-    def __init__(self, node_id: _Optional[str] = ..., kind: _Optional[_Union[NodeKind, str]] = ..., addr: _Optional[str] = ..., state: _Optional[_Union[NodeState, str]] = ..., is_alive: _Optional[bool] = ..., score: _Optional[int] = ..., label: _Optional[str] = ..., max_commit_ts: _Optional[int] = ..., update_ts: _Optional[int] = ..., ttl_ms: _Optional[int] = ..., status_addr: _Optional[str] = ...) -> None: ...
+    error: str
+    error_ms: int
+    def __init__(self, node_id: _Optional[str] = ..., kind: _Optional[_Union[NodeKind, str]] = ..., addr: _Optional[str] = ..., state: _Optional[_Union[NodeState, str]] = ..., is_alive: _Optional[bool] = ..., score: _Optional[int] = ..., label: _Optional[str] = ..., max_commit_ts: _Optional[int] = ..., update_ts: _Optional[int] = ..., ttl_ms: _Optional[int] = ..., status_addr: _Optional[str] = ..., error: _Optional[str] = ..., error_ms: _Optional[int] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
     __slots__ = ("cluster_id", "status")

@@ -2,15 +2,18 @@
 `binlog-bridge meta`, `pump` and `drainer` children.
 
 Bad input stops the drainer with an error naming the commit_ts and the
-``ignore-txn-commit-ts`` way out, the checkpoint below it; restarting with
-that commit_ts listed skips it (logged) and carries on.
+``ignore-txn-commit-ts`` way out, the checkpoint below it, and registers it
+``failed`` with that error (``ctl drainers``); restarting with that commit_ts
+listed skips it (logged) and carries on, and a clean stop registers ``paused``.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -78,6 +81,14 @@ def write_misfit_row(producer: Producer) -> Written:
     return Written(commit_ts, start_ts, "txn", [])
 
 
+def registered_drainer(meta_addr: str, node_id: str) -> dict[str, Any]:
+    """The drainer's registry record as `ctl drainers --output json` shows it."""
+    listed = run_cli("ctl", "--meta", meta_addr, "drainers", "--output", "json")
+    assert listed.returncode == 0, listed.stderr
+    (node,) = [n for n in json.loads(listed.stdout) if n["node_id"] == node_id]
+    return dict(node)
+
+
 def inserts(producer: Producer, start: int, count: int) -> None:
     for i in range(start, start + count):
         producer.txn([("insert", "users", None, (i, f"u{i}"))])
@@ -131,10 +142,19 @@ def test_a_ddl_the_tracker_cannot_apply_stops_the_drainer(
         assert f"cannot replicate the transaction at commit_ts {bad.commit_ts}" in drainer.output
         assert "ALTER TABLE shop.ghosts: the schema tracker knows no such table" in drainer.output
         assert drainer.checkpoint()["commitTS"] < bad.commit_ts
+        failed = registered_drainer(meta_addr, drainer.node_id)
+        assert failed["state"] == "failed" and failed["error_time"] is not None
+        assert f"cannot replicate the transaction at commit_ts {bad.commit_ts}" in failed["error"]
+        listing = run_cli("ctl", "--meta", meta_addr, "drainers").stdout
+        assert re.search(r"drainer-1 .* failed ", listing)
+        assert re.search(rf"drainer drainer-1 failed at \S+: .*commit_ts {bad.commit_ts}", listing)
 
         drainer.extra_config = f"[filter]\nignore-txn-commit-ts = [{bad.commit_ts}]"
         drainer.start()
         drainer.wait_checkpoint(producer.written[-1].commit_ts)
+        assert drainer.stop() == 0
+        paused = registered_drainer(meta_addr, drainer.node_id)
+        assert (paused["state"], paused["error"], paused["error_time"]) == ("paused", None, None)
         expected = [w for w in producer.written if w is not bad]
         assert strip_ddl_details(delivered(drainer.records())) == expected_records(expected)
     finally:

@@ -101,6 +101,8 @@ def node_to_json(status: meta_pb2.NodeStatus) -> bytes:
         "ttlMs": status.ttl_ms,
         "statusAddr": status.status_addr,
     }
+    if status.error or status.error_ms:
+        record.update(error=status.error, errorMs=status.error_ms)
     return json.dumps(record, separators=(",", ":")).encode()
 
 
@@ -134,4 +136,6 @@ def node_from_json(kind: meta_pb2.NodeKind, raw: bytes) -> meta_pb2.NodeStatus:
         update_ts=_field(record, "updateTS", int, 0),
         ttl_ms=_field(record, "ttlMs", int, 0),
         status_addr=_field(record, "statusAddr", str, ""),
+        error=_field(record, "error", str, ""),
+        error_ms=_field(record, "errorMs", int, 0),
     )
