@@ -6,6 +6,7 @@ Start (:func:`serve`)::
                                               drainer does not start)
     checkpoint: load it, or initial-commit-ts (CheckpointError: unreadable, another cluster's, locked)
     schema tracker from the checkpoint's snapshot; the sink built from [sink]
+    sink pre-flight: Sink.check()             (SinkCheckFailed: one line, exit 2, never registered)
     gRPC: bind addr (Notify)                  answered once the collector has read the registry
     HTTP status endpoint
     node: register ONLINE                     before reading the pumps, so a pump joining from
@@ -117,7 +118,7 @@ class Drainer:
         tracker = SchemaTracker.restore(start.schema)
         filters = config.filter
         builder = EventBuilder(tracker, filters.table_filter(), frozenset(filters.ignore_txn_commit_ts))
-        sink = build_sink(config.sink.types, config.sink.tables, data_dir)
+        sink = self.sink = build_sink(config.sink.types, config.sink.tables, data_dir)
         self.relay: RelaySink | None = None
         if config.relay.enabled:
             relay_dir, ignored = config.relay.directory(data_dir), frozenset(filters.ignore_txn_commit_ts)
@@ -215,6 +216,7 @@ async def serve(config: DrainerConfig, stop: asyncio.Event, ready: Ready = print
         checkpoint = build_checkpoint(config.checkpoint.table(), Path(config.data_dir), cluster_id)
         stack.callback(checkpoint.close)
         drainer = Drainer(config, cluster_id, meta, checkpoint)
+        await asyncio.to_thread(drainer.sink.check)  # SinkCheckFailed: not ready, not registered
         await drainer.server.start()
         stack.push_async_callback(drainer.server.stop, STOP_GRACE)
         await drainer.http.start()
@@ -231,6 +233,14 @@ async def serve(config: DrainerConfig, stop: asyncio.Event, ready: Ready = print
             f"status={status_addr}"
         )
         await _run_until_stopped(drainer, syncing, stop)
+
+
+def check_sink(config: DrainerConfig) -> str:
+    """``drainer --check``: build the sink from ``[sink]`` and run its pre-flight check only
+    (no meta service, checkpoint or ports); raises :class:`~bridge.sink.errors.SinkCheckFailed`."""
+    sink = build_sink(config.sink.types, config.sink.tables, Path(config.data_dir))
+    sink.check()
+    return f"drainer check passed: sink {sink.name} can be used"
 
 
 async def _run_until_stopped(drainer: Drainer, syncing: asyncio.Task[None], stop: asyncio.Event) -> None:

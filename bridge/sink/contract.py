@@ -5,6 +5,7 @@ A sink is driven from one thread (the drainer's sink thread, ``replay``,
 in this order::
 
     sink = SinkClass(config, data_dir)   # [sink.<type>] table; checks every key (ConfigError)
+    sink.check()                         # the drainer's pre-flight, before it says ready (optional)
     sink.open(context)                   # once; context.resume_ts = the checkpoint's commit_ts
     sink.write(events)                   # many times; events in strictly increasing commit_ts
     position = sink.flush()              # often; also before every checkpoint save
@@ -12,6 +13,11 @@ in this order::
 
 Contract:
 
+- ``check()``: connects to the downstream and verifies the sink can work
+  there (login, privileges, broker metadata, ``PING``), then lets go of
+  what it opened. It raises :class:`~bridge.sink.errors.SinkCheckFailed`
+  with one line naming what failed and where; it does not retry. The
+  default checks nothing (a sink writing local files has nothing to reach).
 - ``open(context)``: the drainer will next write the first event with
   ``commit_ts > context.resume_ts``. Everything a sink learns from the
   drainer arrives here (:class:`SinkContext`: cluster id, the tables that
@@ -113,6 +119,10 @@ class Sink(ABC):
 
     name: str = "sink"
     context: SinkContext = SinkContext()
+
+    def check(self) -> None:
+        """The pre-flight check (see the module docstring); nothing to check by default."""
+        return None
 
     def open(self, context: SinkContext) -> None:
         self.context = context

@@ -5,7 +5,8 @@
     BridgeError
     └── SinkError                 a sink could not deliver events
         ├── SinkUnavailable       the downstream is busy or unreachable for now (retriable)
-        └── SinkApplyError        the downstream refused a change; retrying cannot help
+        ├── SinkApplyError        the downstream refused a change; retrying cannot help
+        └── SinkCheckFailed       the pre-flight check (Sink.check) found the downstream unusable
 
 :class:`SinkApplyError` is also a :class:`~bridge.errors.UserError`: the cure
 is in the downstream or the data (a missing table, a constraint), and its
@@ -31,3 +32,8 @@ class SinkUnavailable(SinkError):
 
 class SinkApplyError(SinkError, UserError):
     """The downstream refused a change; the message names table, commit_ts and statement shape."""
+
+
+class SinkCheckFailed(SinkError, UserError):
+    """:meth:`bridge.sink.contract.Sink.check` found the downstream unusable as configured (address,
+    login, privileges, broker): one line saying what failed and where, no secrets."""

@@ -81,6 +81,10 @@ class FanOutSink(Sink):
         self.sinks = list(sinks)
         self.name = "+".join(s.name for s in self.sinks)
 
+    def check(self) -> None:
+        for sink in self.sinks:
+            sink.check()
+
     def open(self, context: SinkContext) -> None:
         super().open(context)
         for sink in self.sinks:

@@ -36,6 +36,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="relay log directory ([relay] dir; relative: in data-dir). With it, a start that cannot "
         "reach the meta service replays the relay log into the sink and exits (docs/drainer-recovery.md)",
     )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="only check that the sink can be used (connect, log in, privileges, broker metadata, "
+        "PING), print one line and exit: 0 when it can, 2 when it cannot",
+    )
     parser.set_defaults(func=run)
     return parser
 
@@ -45,6 +51,10 @@ def run(args: argparse.Namespace) -> int:
     from drainer.config import load_config
 
     config = load_config(args.config, flag_overrides(args, FLAG_KEYS))
-    from drainer.app import serve
+    from drainer.app import check_sink, serve
+
+    if args.check:
+        print(check_sink(config))
+        return 0
 
     return run_until_stopped(lambda stop: serve(config, stop))

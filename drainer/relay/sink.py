@@ -168,6 +168,9 @@ class RelaySink(Sink):
 
     # -- Sink ---------------------------------------------------------------------
 
+    def check(self) -> None:
+        self.inner.check()
+
     def open(self, context: SinkContext) -> None:
         """Checks the relay belongs to ``context.cluster_id``, recovers the relay files (the
         context's schema snapshot is the first header when it starts afresh), then opens the inner sink."""

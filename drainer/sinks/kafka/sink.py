@@ -70,6 +70,8 @@ log = logging.getLogger(__name__)
 
 Change = row_pb2.SchemaChange
 # DDL whose table has a topic after it (made before the event is published).
+# Kept forever: a consumer reading from the beginning replays every DDL (docs/consume.md).
+DDL_TOPIC = {"retention.ms": "-1"}
 _TABLE_AFTER = (Change.CREATE_TABLE, Change.RENAME_TABLE, Change.ALTER_TABLE, Change.TRUNCATE_TABLE)
 
 
@@ -136,6 +138,11 @@ class KafkaSink(Sink):
 
     # -- Sink protocol ------------------------------------------------------
 
+    def check(self) -> None:
+        """The pre-flight: :meth:`TopicAdmin.check` with the DDL topic."""
+        spec = TopicSpec(1, self.config.replication_factor, DDL_TOPIC)
+        self._admin.check(self.names.ddl, spec, f"kafka sink {self.config.bootstrap_servers}")
+
     def open(self, context: SinkContext) -> None:
         """Creates the topics of the DDL stream (and schemas) and of every table in the context."""
         super().open(context)
@@ -149,8 +156,7 @@ class KafkaSink(Sink):
         for schema in context.tables:
             self.topics.remember(schema.db, schema.table)
         replication = self.config.replication_factor
-        # Kept forever: a consumer reading from the beginning replays every DDL (docs/consume.md).
-        wanted = {self.names.ddl: TopicSpec(1, replication, {"retention.ms": "-1"})}
+        wanted = {self.names.ddl: TopicSpec(1, replication, DDL_TOPIC)}
         if self.single_object:
             wanted[self.names.schemas] = TopicSpec(1, replication, {"cleanup.policy": "compact"})
         for topic in self.topics.topics:

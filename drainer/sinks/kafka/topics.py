@@ -34,12 +34,13 @@ from confluent_kafka.cimpl import NewTopic
 
 from bridge.errors import ConfigError
 from bridge.proto import row_pb2
-from bridge.sink.errors import SinkApplyError, SinkError, SinkUnavailable
+from bridge.sink.errors import SinkApplyError, SinkCheckFailed, SinkError, SinkUnavailable
 
 log = logging.getLogger(__name__)
 _RDKAFKA_LOG = logging.getLogger("drainer.sinks.kafka.librdkafka")  # librdkafka's own log lines
 
 MAX_TOPIC_LENGTH = 249
+CHECK_TIMEOUT = 10.0  # seconds the pre-flight waits for the cluster's metadata
 _INVALID_CHARS = re.compile(r"[^A-Za-z0-9._-]")
 _VALID_TOPIC = re.compile(r"^[A-Za-z0-9._-]+$")
 _PLACEHOLDERS = ("prefix", "db", "table")
@@ -202,6 +203,24 @@ class TopicAdmin:
                 )
             self.partitions[name] = len(topic.partitions)
             log.info("kafka sink: topic %s exists (%d partitions)", name, len(topic.partitions))
+
+    def check(self, ddl_topic: str, spec: TopicSpec, where: str) -> None:
+        """The sink's pre-flight: the cluster's metadata (within :data:`CHECK_TIMEOUT`), then
+        ``ddl_topic`` made sure of (created when missing, as ``open`` would: that proves the
+        permission to create topics); :class:`SinkCheckFailed` names what failed."""
+        try:
+            try:
+                self.client.list_topics(timeout=min(CHECK_TIMEOUT, self._timeout))
+            except KafkaException as exc:
+                error: KafkaError = exc.args[0]
+                raise SinkUnavailable(
+                    f"reading the cluster metadata: {error.name()}: {error.str()}"
+                ) from None
+            self.ensure({ddl_topic: spec})
+        except SinkError as exc:
+            raise SinkCheckFailed(f"{where}: {exc}") from exc
+        finally:
+            self.close()
 
     def close(self) -> None:
         """Drop the admin client (it stops reconnecting once released)."""

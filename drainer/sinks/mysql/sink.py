@@ -59,7 +59,7 @@ from bridge.proto import row_pb2
 from bridge.sink.contract import Sink, SinkContext
 from bridge.sink.errors import SinkApplyError, SinkError, SinkUnavailable
 from bridge.sink.events import DDLEvent, Event, ResolvedEvent, TxnEvent
-from drainer.sinks.mysql import metrics
+from drainer.sinks.mysql import metrics, preflight
 from drainer.sinks.mysql.batch import Op
 from drainer.sinks.mysql.causality import Causality
 from drainer.sinks.mysql.config import MySQLSinkConfig
@@ -112,6 +112,10 @@ class MySQLSink(Sink):
         self.conflict_flushes = 0
 
     # -- protocol ----------------------------------------------------------------
+
+    def check(self) -> None:
+        """Login, privileges and the progress table (:mod:`drainer.sinks.mysql.preflight`)."""
+        preflight.check(self._control, f"mysql sink {self.dsn.redacted()}")
 
     def open(self, context: SinkContext) -> None:
         """``context.safe_mode`` (the relay-log replay sets it) turns safe mode on regardless of

@@ -41,7 +41,7 @@ from redis.exceptions import RedisClusterException
 from bridge.proto import row_pb2
 from bridge.schema import key_positions, table_name
 from bridge.sink.contract import Sink, SinkContext
-from bridge.sink.errors import SinkError, SinkUnavailable
+from bridge.sink.errors import SinkCheckFailed, SinkError, SinkUnavailable
 from bridge.sink.events import DDLEvent, Event, ResolvedEvent, TxnEvent
 from drainer.sinks.redis.client import Client, new_client
 from drainer.sinks.redis.config import load_config, safe_url
@@ -78,6 +78,18 @@ class RedisSink(Sink):
         self._warned: dict[str, float] = {}
 
     # -- contract -------------------------------------------------------------------
+
+    def check(self) -> None:
+        """Connect and ``PING`` once (login included); no retry."""
+        try:
+            client = new_client(self.config)
+            try:
+                client.ping()
+            finally:
+                client.close()
+        except (redis.RedisError, RedisClusterException, OSError) as exc:
+            where = f"redis sink {safe_url(self.config.url)}"
+            raise SinkCheckFailed(f"{where}: PING failed: {type(exc).__name__}: {exc}") from exc
 
     def open(self, context: SinkContext) -> None:
         super().open(context)
