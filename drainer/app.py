@@ -117,7 +117,8 @@ class Drainer:
         start = starting_state(checkpoint, config.initial_commit_ts)
         tracker = SchemaTracker.restore(start.schema)
         filters = config.filter
-        builder = EventBuilder(tracker, filters.table_filter(), frozenset(filters.ignore_txn_commit_ts))
+        ignored = frozenset(filters.ignore_txn_commit_ts)
+        builder = EventBuilder(tracker, filters.table_filter(), ignored, config.skip.rules())
         sink = self.sink = build_sink(config.sink.types, config.sink.tables, data_dir)
         self.relay: RelaySink | None = None
         if config.relay.enabled:

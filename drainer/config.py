@@ -11,6 +11,7 @@
     initial-commit-ts = 0              # where a drainer without a checkpoint starts; 0 = the beginning
 
     [filter]                           # do-db, do-table, ignore-db, ignore-table, ignore-txn-commit-ts
+    [skip]                             # commit-ts ranges, tables, unknown-table-ids (drainer.sync.skip)
     [checkpoint]                       # type = "file" | "mysql" (+ that type's keys)
     [relay]                            # dir = "" (off), max-file-size: the relay log (drainer.relay.sink)
     [sink]                             # type = "sqlite" | "file" | [...]; [sink.<type>] per sink
@@ -37,6 +38,7 @@ from bridge.errors import ConfigError
 from bridge.grpcutil import DEFAULT_MAX_MESSAGE_BYTES, SecurityConfig
 from bridge.nodeconfig import NodeAddressing
 from drainer.sync.filter import TableFilter
+from drainer.sync.skip import SkipConfig
 
 DEFAULT_ADDR = "127.0.0.1:8249"
 DEFAULT_STATUS_ADDR = "127.0.0.1:8252"
@@ -185,6 +187,7 @@ class DrainerConfig(NodeAddressing):
         default=DEFAULT_MAX_MESSAGE_BYTES, metadata={"help": "largest gRPC message in bytes (and so binlog)"}
     )
     filter: FilterConfig = field(default_factory=FilterConfig)
+    skip: SkipConfig = field(default_factory=SkipConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     relay: RelayConfig = field(default_factory=RelayConfig)
     sink: SinkConfig = field(default_factory=SinkConfig)

@@ -13,7 +13,10 @@ returns what the sink gets:
   each replicated table as of this commit_ts, so a later DDL never changes
   how it decodes. A transaction none of whose tables is replicated builds
   nothing;
-- a commit_ts listed in ``ignore-txn-commit-ts`` builds nothing and is logged.
+- a commit_ts listed in ``ignore-txn-commit-ts`` or in a ``[skip]``
+  commit-ts range builds nothing and is logged; so do rows and DDL of
+  ``[skip] tables`` and, with ``[skip] unknown-table-ids``, rows of table
+  ids no tracked DDL created (:mod:`drainer.sync.skip`).
 
 Anything the drainer cannot handle — a DDL the tracker cannot apply, a DDL
 binlog without ``ddl_schema_change``, rows of a table no DDL created, a
@@ -42,6 +45,7 @@ from bridge.sink.schema import SchemaTracker, SchemaTrackError
 from drainer import metrics
 from drainer.collect.merger import PulledTxn
 from drainer.sync.filter import TableFilter, skip_hint
+from drainer.sync.skip import NO_SKIP, SkipRules
 
 log = logging.getLogger(__name__)
 
@@ -137,19 +141,33 @@ class EventBuilder:
     """Builds events from merged transactions; see the module docstring."""
 
     def __init__(
-        self, tracker: SchemaTracker, table_filter: TableFilter, ignored: frozenset[int] = frozenset()
+        self,
+        tracker: SchemaTracker,
+        table_filter: TableFilter,
+        ignored: frozenset[int] = frozenset(),
+        skip: SkipRules = NO_SKIP,
     ):
         self.tracker = tracker
         self._filter = table_filter
         self._ignored = ignored
+        self._skip = skip
+        self._unknown_skipped: set[int] = set()  # table ids whose skip was logged
         self._row_counters: dict[tuple[str, str], Counter] = {}
 
     def build(self, txn: PulledTxn) -> Built:
-        if txn.commit_ts in self._ignored:
+        rule = (
+            "listed in [filter] ignore-txn-commit-ts"
+            if txn.commit_ts in self._ignored
+            else "in a [skip] commit-ts range"
+            if self._skip.skips_commit_ts(txn.commit_ts)
+            else ""
+        )
+        if rule:
             log.warning(
-                "skipping the transaction at commit_ts %d (start_ts %d): listed in ignore-txn-commit-ts",
+                "skipping the transaction at commit_ts %d (start_ts %d): %s",
                 txn.commit_ts,
                 txn.start_ts,
+                rule,
             )
             _EVENTS_IGNORED.inc()
             return Built(None)
@@ -164,6 +182,16 @@ class EventBuilder:
         except ProtocolError as exc:
             raise HaltError(txn.commit_ts, f"malformed DDL binlog: {exc}") from None
         query = binlog.ddl_query.decode("utf-8", "replace")
+        if change is not None and change.table and self._skip.skips_table(change.db, change.table):
+            log.warning(
+                "skipping the DDL at commit_ts %d (%s.%s in [skip] tables; its schema is not tracked): %s",
+                txn.commit_ts,
+                change.db,
+                change.table,
+                query[:200],
+            )
+            _EVENTS_IGNORED.inc()
+            return Built(None)
         if change is None:
             raise HaltError(
                 txn.commit_ts,
@@ -194,13 +222,19 @@ class EventBuilder:
         rows = 0
         for mutation in value.mutations:
             tracked = self.tracker.table(mutation.table_id)
+            if tracked is None and self._skip.unknown_table_ids:
+                self._skip_unknown(txn.commit_ts, mutation.table_id)
+                continue
             if tracked is None:
                 raise HaltError(
                     txn.commit_ts,
                     f"rows of table id {mutation.table_id}, which no DDL the drainer tracked created "
-                    f"(start the drainer from a checkpoint or initial-commit-ts before the table's CREATE)",
+                    "(start the drainer from a checkpoint or initial-commit-ts before the table's CREATE, "
+                    "or skip every such row with the line unknown-table-ids = true under [skip])",
                 )
             if not self._filter.allows(tracked.schema.db, tracked.schema.table):
+                continue
+            if self._skip.skips_table(tracked.schema.db, tracked.schema.table):
                 continue
             codecs[mutation.table_id] = tracked.codec
             rows += self._count_rows(tracked.name, mutation)
@@ -210,6 +244,17 @@ class EventBuilder:
         _EVENTS_TXN.inc()
         decode = _Decoder(txn.payload, txn.value_span, codecs, txn.commit_ts)
         return TxnEvent(txn.start_ts, txn.commit_ts, txn.payload, decode, rows)
+
+    def _skip_unknown(self, commit_ts: int, table_id: int) -> None:
+        _EVENTS_IGNORED.inc()
+        if table_id not in self._unknown_skipped:
+            self._unknown_skipped.add(table_id)
+            log.warning(
+                "skipping rows of table id %d from commit_ts %d on: no tracked DDL created it "
+                "([skip] unknown-table-ids; logged once per table id)",
+                table_id,
+                commit_ts,
+            )
 
     def _count_rows(self, table: str, mutation: binlog_pb2.TableMutation) -> int:
         counts = (len(mutation.inserted_rows), len(mutation.updated_rows) // 2, len(mutation.deleted_rows))

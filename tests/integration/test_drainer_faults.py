@@ -69,16 +69,21 @@ def drainer_with(tmp_path: Path, meta_addr: str, sink_options: str = "", extra: 
     return DrainerProcess(tmp_path, meta_addr, sink_tables=tables, extra_config=extra)
 
 
-def write_misfit_row(producer: Producer) -> Written:
-    """A transaction whose row carries a column the tracked schema of shop.users does not have."""
-    wider = table("users", 10, extra=[row_pb2.Column(id=3, name="email", type=T.TEXT, nullable=True)])
-    mutation = TableMutationBuilder(10)
-    mutation.insert(RowCodec(wider).encode((99, "bad", "b@d")))
+def write_raw_row(producer: Producer, schema: row_pb2.TableSchema, row: tuple[object, ...]) -> Written:
+    """A one-row insert encoded with ``schema``, whatever the drainer tracks."""
+    mutation = TableMutationBuilder(schema.table_id)
+    mutation.insert(RowCodec(schema).encode(row))
     start_ts = producer.client.get_timestamp()
     producer.client.write_binlog(prewrite(start_ts, [mutation.build()]))
     commit_ts = producer.client.get_timestamp()
     producer.client.write_binlog(commit(start_ts, commit_ts))
     return Written(commit_ts, start_ts, "txn", [])
+
+
+def write_misfit_row(producer: Producer) -> Written:
+    """A transaction whose row carries a column the tracked schema of shop.users does not have."""
+    wider = table("users", 10, extra=[row_pb2.Column(id=3, name="email", type=T.TEXT, nullable=True)])
+    return write_raw_row(producer, wider, (99, "bad", "b@d"))
 
 
 def registered_drainer(meta_addr: str, node_id: str) -> dict[str, Any]:
@@ -87,6 +92,26 @@ def registered_drainer(meta_addr: str, node_id: str) -> dict[str, Any]:
     assert listed.returncode == 0, listed.stderr
     (node,) = [n for n in json.loads(listed.stdout) if n["node_id"] == node_id]
     return dict(node)
+
+
+def start_with_users(drainer: DrainerProcess, producer: Producer, rows: int) -> None:
+    """Start the drainer, create shop.users and insert ``rows`` rows, a transaction each."""
+    drainer.start()
+    producer.create(table("users", 10))
+    inserts(producer, 0, rows)
+
+
+def assert_delivered_without(drainer: DrainerProcess, producer: Producer, skipped: set[int]) -> None:
+    """The sink holds every written transaction but those at ``skipped`` commit_ts, in order."""
+    expected = [w for w in producer.written if w.commit_ts not in skipped]
+    assert strip_ddl_details(delivered(drainer.records())) == expected_records(expected)
+
+
+def more_rows_then_exit(drainer: DrainerProcess, producer: Producer) -> int:
+    """Insert five more rows (behind the fault) and wait for the drainer to exit; its status."""
+    inserts(producer, 100, 5)
+    assert drainer.child is not None
+    return drainer.child.wait(timeout=120)
 
 
 def inserts(producer: Producer, start: int, count: int) -> None:
@@ -99,14 +124,10 @@ def test_a_row_that_does_not_fit_stops_the_drainer_until_skipped(
 ) -> None:
     drainer = drainer_with(tmp_path, meta_addr)
     try:
-        drainer.start()
-        producer.create(table("users", 10))
-        inserts(producer, 0, 10)
+        start_with_users(drainer, producer, 10)
         good = list(producer.written)
         bad = write_misfit_row(producer)
-        inserts(producer, 100, 5)
-        assert drainer.child is not None
-        assert drainer.child.wait(timeout=120) == 1
+        assert more_rows_then_exit(drainer, producer) == 1
         message = f"commit_ts {bad.commit_ts}: a row does not fit its schema"
         assert message in drainer.output and "unknown column id 3" in drainer.output
         assert f"add {bad.commit_ts} to [filter] ignore-txn-commit-ts" in drainer.output
@@ -120,8 +141,7 @@ def test_a_row_that_does_not_fit_stops_the_drainer_until_skipped(
         assert re.search(
             rf"skipping the transaction at commit_ts {bad.commit_ts} .*ignore-txn-commit-ts", drainer.output
         )
-        expected = [w for w in producer.written if w is not bad]
-        assert strip_ddl_details(delivered(drainer.records())) == expected_records(expected)
+        assert_delivered_without(drainer, producer, {bad.commit_ts})
         check_runs(drainer.records())
     finally:
         drainer.kill()
@@ -132,13 +152,9 @@ def test_a_ddl_the_tracker_cannot_apply_stops_the_drainer(
 ) -> None:
     drainer = drainer_with(tmp_path, meta_addr)
     try:
-        drainer.start()
-        producer.create(table("users", 10))
-        inserts(producer, 0, 5)
+        start_with_users(drainer, producer, 5)
         bad = producer.alter(table("ghosts", 12))
-        inserts(producer, 100, 5)
-        assert drainer.child is not None
-        assert drainer.child.wait(timeout=120) == 2  # a UserError: the operator decides
+        assert more_rows_then_exit(drainer, producer) == 2  # a UserError: the operator decides
         assert f"cannot replicate the transaction at commit_ts {bad.commit_ts}" in drainer.output
         assert "ALTER TABLE shop.ghosts: the schema tracker knows no such table" in drainer.output
         assert drainer.checkpoint()["commitTS"] < bad.commit_ts
@@ -155,8 +171,40 @@ def test_a_ddl_the_tracker_cannot_apply_stops_the_drainer(
         assert drainer.stop() == 0
         paused = registered_drainer(meta_addr, drainer.node_id)
         assert (paused["state"], paused["error"], paused["error_time"]) == ("paused", None, None)
-        expected = [w for w in producer.written if w is not bad]
-        assert strip_ddl_details(delivered(drainer.records())) == expected_records(expected)
+        assert_delivered_without(drainer, producer, {bad.commit_ts})
+    finally:
+        drainer.kill()
+
+
+def test_skip_rules_take_the_drainer_past_each_kind_of_fault_with_one_restart(
+    pumps: list[PumpProcess], tmp_path: Path, meta_addr: str, producer: Producer
+) -> None:
+    drainer = drainer_with(tmp_path, meta_addr)
+    try:
+        start_with_users(drainer, producer, 5)
+        ghosts = [write_raw_row(producer, table("ghosts", 77), (i, "g")) for i in range(3)]
+        bad_ddl = producer.alter(table("scratch", 12))
+        misfits = [write_misfit_row(producer) for _ in range(2)]
+        assert more_rows_then_exit(drainer, producer) == 2
+        assert f"cannot replicate the transaction at commit_ts {ghosts[0].commit_ts}" in drainer.output
+        assert "skip every such row with the line unknown-table-ids = true under [skip]" in drainer.output
+        line = f"commit-ts = [[{ghosts[0].commit_ts}, {ghosts[0].commit_ts}]] under [skip]"
+        assert line in drainer.output
+
+        drainer.extra_config = (
+            '[skip]\nunknown-table-ids = true\ntables = ["shop.scratch"]\n'
+            f"commit-ts = [[{misfits[0].commit_ts}, {misfits[-1].commit_ts}]]"
+        )
+        drainer.start()
+        drainer.wait_checkpoint(producer.written[-1].commit_ts)
+        assert "skipping rows of table id 77 from commit_ts" in drainer.output
+        assert (
+            f"skipping the DDL at commit_ts {bad_ddl.commit_ts} (shop.scratch in [skip] tables"
+            in drainer.output
+        )
+        for misfit in misfits:
+            assert f"skipping the transaction at commit_ts {misfit.commit_ts}" in drainer.output
+        assert_delivered_without(drainer, producer, {w.commit_ts for w in (*ghosts, bad_ddl, *misfits)})
     finally:
         drainer.kill()
 
