@@ -67,6 +67,7 @@ from drainer.relay.recovery import recover
 from drainer.relay.sink import RelaySink
 from drainer.server import CisternService, DrainerNode, NodeSettings
 from drainer.sync.builder import EventBuilder
+from drainer.sync.deadletter import DeadLetter
 from drainer.sync.syncer import Syncer, SyncSettings
 
 log = logging.getLogger(__name__)
@@ -128,7 +129,13 @@ class Drainer:
         self.feed = MergeFeed(self.merger)
         context = SinkContext(cluster_id=cluster_id, data_dir=data_dir)
         sync_settings = SyncSettings.from_config(config)
-        self.syncer = Syncer(self.feed, builder, sink, checkpoint, start, sync_settings, context)
+        skip = config.skip
+        dead_letter = (
+            DeadLetter(data_dir / skip.dead_letter_dir, tracker.snapshot)
+            if skip.on_error == "skip-and-log"
+            else None
+        )
+        self.syncer = Syncer(self.feed, builder, sink, checkpoint, start, sync_settings, context, dead_letter)
         self.server = grpc.aio.server(options=channel_options(config.max_message_size))
         port = add_port(self.server, config.addr, config.security)
         settings = NodeSettings(
@@ -217,6 +224,8 @@ async def serve(config: DrainerConfig, stop: asyncio.Event, ready: Ready = print
         checkpoint = build_checkpoint(config.checkpoint.table(), Path(config.data_dir), cluster_id)
         stack.callback(checkpoint.close)
         drainer = Drainer(config, cluster_id, meta, checkpoint)
+        if drainer.syncer.dead_letter is not None:
+            stack.callback(drainer.syncer.dead_letter.close)
         await asyncio.to_thread(drainer.sink.check)  # SinkCheckFailed: not ready, not registered
         await drainer.server.start()
         stack.push_async_callback(drainer.server.stop, STOP_GRACE)

@@ -6,6 +6,8 @@
     commit-ts = [[4511, 4511], [4600, 4700]]   # inclusive ranges: every transaction (DML or DDL) in one
     tables = ["main.scratch", "~^main\\.tmp_"]  # db.table names or ~regexes: rows and DDL of these
     unknown-table-ids = true                    # rows of a table id no tracked DDL created
+    on-error = "skip-and-log"                   # or "halt"; see drainer.sync.deadletter
+    dead-letter-dir = "dead-letter"             # relative: in data-dir
 
 - ``commit-ts``: a transaction whose commit_ts is in a range builds nothing,
   and a skipped DDL is not applied to the tracked schema (as
@@ -24,6 +26,7 @@ Every skip is logged with its commit_ts and counted (``bridge_drainer_events_tot
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from bridge.errors import ConfigError
 from drainer.sync.filter import Pattern
@@ -43,6 +46,16 @@ class SkipConfig:
     )
     unknown_table_ids: bool = field(
         default=False, metadata={"help": "skip rows of table ids no tracked DDL created instead of halting"}
+    )
+    on_error: Literal["halt", "skip-and-log"] = field(
+        default="halt",
+        metadata={
+            "help": "a transaction the drainer cannot build: stop, or store it in dead-letter-dir and go on"
+        },
+    )
+    dead_letter_dir: str = field(
+        default="dead-letter",
+        metadata={"help": "where skip-and-log stores skipped transactions (in data-dir)"},
     )
 
     def validate(self) -> None:

@@ -47,7 +47,8 @@ from drainer import metrics
 from drainer.checkpoint import Checkpoint, CheckpointState
 from drainer.collect.merger import MergeFeed, PulledTxn
 from drainer.config import DrainerConfig
-from drainer.sync.builder import EventBuilder
+from drainer.sync.builder import EventBuilder, HaltError
+from drainer.sync.deadletter import DeadLetter
 
 log = logging.getLogger(__name__)
 
@@ -155,9 +156,12 @@ class Syncer:
         start: CheckpointState,
         settings: SyncSettings | None = None,
         context: SinkContext | None = None,
+        dead_letter: DeadLetter | None = None,
     ) -> None:
         """``context``: what the sink is opened with (default: the checkpoint's position and
-        schema, cluster 0); its position and schema are ``start``'s whatever it says."""
+        schema, cluster 0); its position and schema are ``start``'s whatever it says.
+        ``dead_letter``: where a transaction the builder cannot replicate goes instead of halting."""
+        self.dead_letter = dead_letter
         self.settings = settings or SyncSettings()
         base = context or SinkContext()
         self.context = SinkContext.at(
@@ -258,7 +262,13 @@ class Syncer:
             self._queue.close(last)
 
     async def _build(self, txn: PulledTxn) -> None:
-        built = self._builder.build(txn)
+        try:
+            built = self._builder.build(txn)
+        except HaltError as exc:
+            if self.dead_letter is None:
+                raise
+            await asyncio.to_thread(self.dead_letter.put, txn, exc)
+            return
         if built.snapshot is not None:
             self._history.append((txn.commit_ts, built.snapshot))
         if built.event is not None:

@@ -20,6 +20,7 @@ import pytest
 from bridge.binlog import TableMutationBuilder, commit, prewrite
 from bridge.proto import row_pb2
 from bridge.rowcodec import RowCodec
+from drainer.sinks.file.binlogfile import BinlogFileReader
 from tests.support.drainer_cluster import (
     DrainerProcess,
     Producer,
@@ -205,6 +206,33 @@ def test_skip_rules_take_the_drainer_past_each_kind_of_fault_with_one_restart(
         for misfit in misfits:
             assert f"skipping the transaction at commit_ts {misfit.commit_ts}" in drainer.output
         assert_delivered_without(drainer, producer, {w.commit_ts for w in (*ghosts, bad_ddl, *misfits)})
+    finally:
+        drainer.kill()
+
+
+def test_skip_and_log_stores_what_it_cannot_build_in_the_dead_letter_directory(
+    pumps: list[PumpProcess], tmp_path: Path, meta_addr: str, producer: Producer
+) -> None:
+    drainer = drainer_with(tmp_path, meta_addr, extra='[skip]\non-error = "skip-and-log"')
+    try:
+        start_with_users(drainer, producer, 5)
+        ghosts = [write_raw_row(producer, table("ghosts", 77), (i, "g")) for i in range(2)]
+        bad_ddl = producer.alter(table("scratch", 12))
+        inserts(producer, 100, 5)
+        drainer.wait_checkpoint(producer.written[-1].commit_ts)
+        skipped = [w.commit_ts for w in (*ghosts, bad_ddl)]
+        for commit_ts in skipped:
+            assert (
+                f"skip-and-log: skipped the transaction at commit_ts {commit_ts}, stored in" in drainer.output
+            )
+        stored = list(BinlogFileReader(drainer.data_dir / "dead-letter").events())
+        assert [e.commit_ts for e in stored] == skipped
+        assert drainer.stop() == 0
+        drainer.start()  # a restart appends nothing to what is stored
+        inserts(producer, 200, 2)
+        drainer.wait_checkpoint(producer.written[-1].commit_ts)
+        assert [e.commit_ts for e in BinlogFileReader(drainer.data_dir / "dead-letter").events()] == skipped
+        assert_delivered_without(drainer, producer, set(skipped))
     finally:
         drainer.kill()
 

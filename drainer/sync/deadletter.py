@@ -1,0 +1,67 @@
+"""``[skip] on-error = "skip-and-log"``: transactions the drainer cannot build are stored and skipped.
+
+With ``on-error = "halt"`` (the default) a transaction the builder cannot
+replicate (:class:`~drainer.sync.builder.HaltError`: a DDL the schema
+tracker cannot apply, rows of a table no tracked DDL created, a malformed
+binlog) stops the drainer. With ``"skip-and-log"`` it is appended to the
+dead-letter directory (``[skip] dead-letter-dir``, relative to data-dir) in
+the file sink's binlog format (:mod:`drainer.sinks.file.binlogfile`: the
+first file's header holds the tracked schema at the first skip), fsynced,
+logged with its commit_ts and the error, counted as ``ignored``, and the
+drainer carries on. ``binlog-bridge replay --dir`` reads the directory.
+
+Only the build stage is covered: a row that does not fit its schema (found
+when the sink decodes it) and a change the downstream refuses still stop
+the drainer.
+
+After a restart the transactions above the checkpoint are built again: one
+already stored (``commit_ts`` at or below the directory's last) is not
+stored twice.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+from bridge.errors import BridgeError
+from drainer import metrics
+from drainer.collect.merger import PulledTxn
+from drainer.sinks.file.binlogfile import BinlogFileWriter
+
+log = logging.getLogger(__name__)
+
+MAX_FILE_SIZE = 64 << 20
+
+
+class DeadLetter:
+    """The dead-letter directory of one drainer; ``snapshot`` gives the tracked schema now."""
+
+    def __init__(self, directory: Path, snapshot: Callable[[], bytes]) -> None:
+        self.directory = directory
+        self._snapshot = snapshot
+        self._writer: BinlogFileWriter | None = None
+        self.stored = 0
+
+    def put(self, txn: PulledTxn, error: BridgeError) -> None:
+        """Store ``txn`` (unless stored before a restart) and log why it was skipped."""
+        writer = self._writer
+        if writer is None:
+            writer = self._writer = BinlogFileWriter(self.directory, MAX_FILE_SIZE)
+            writer.open(self._snapshot())
+        if txn.commit_ts > writer.last_ts:
+            writer.append(txn.commit_ts, txn.payload)
+            writer.sync()
+            self.stored += 1
+        metrics.EVENTS.labels("ignored").inc()
+        log.warning(
+            "on-error = skip-and-log: skipped the transaction at commit_ts %d, stored in %s: %s",
+            txn.commit_ts,
+            self.directory,
+            error,
+        )
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
