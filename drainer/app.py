@@ -106,6 +106,13 @@ def starting_state(checkpoint: Checkpoint, initial_commit_ts: int) -> Checkpoint
     return state
 
 
+def dead_letter_for(config: DrainerConfig, tracker: SchemaTracker) -> DeadLetter | None:
+    """The dead-letter store of ``[skip] on-error = "skip-and-log"`` (None for "halt")."""
+    if config.skip.on_error != "skip-and-log":
+        return None
+    return DeadLetter(Path(config.data_dir) / config.skip.dead_letter_dir, tracker.snapshot)
+
+
 class Drainer:
     """The parts of one running drainer (what ``/status`` reports on)."""
 
@@ -119,22 +126,18 @@ class Drainer:
         tracker = SchemaTracker.restore(start.schema)
         filters = config.filter
         ignored = frozenset(filters.ignore_txn_commit_ts)
-        builder = EventBuilder(tracker, filters.table_filter(), ignored, config.skip.rules())
+        dead_letter = dead_letter_for(config, tracker)
+        on_skip = dead_letter.store if dead_letter is not None else None
+        builder = EventBuilder(tracker, filters.table_filter(), ignored, config.skip.rules(), on_skip)
         sink = self.sink = build_sink(config.sink.types, config.sink.tables, data_dir)
         self.relay: RelaySink | None = None
         if config.relay.enabled:
-            relay_dir, ignored = config.relay.directory(data_dir), frozenset(filters.ignore_txn_commit_ts)
+            relay_dir = config.relay.directory(data_dir)
             sink = self.relay = RelaySink(sink, relay_dir, config.relay.max_file_size, ignored)
         self.merger = Merger(start.commit_ts, max_bytes=config.pump_buffer_bytes)
         self.feed = MergeFeed(self.merger)
         context = SinkContext(cluster_id=cluster_id, data_dir=data_dir)
         sync_settings = SyncSettings.from_config(config)
-        skip = config.skip
-        dead_letter = (
-            DeadLetter(data_dir / skip.dead_letter_dir, tracker.snapshot)
-            if skip.on_error == "skip-and-log"
-            else None
-        )
         self.syncer = Syncer(self.feed, builder, sink, checkpoint, start, sync_settings, context, dead_letter)
         self.server = grpc.aio.server(options=channel_options(config.max_message_size))
         port = add_port(self.server, config.addr, config.security)

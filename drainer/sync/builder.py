@@ -29,7 +29,7 @@ skipped silently.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import cast
 
@@ -146,11 +146,14 @@ class EventBuilder:
         table_filter: TableFilter,
         ignored: frozenset[int] = frozenset(),
         skip: SkipRules = NO_SKIP,
+        on_skip: Callable[[PulledTxn], None] | None = None,
     ):
+        """``on_skip``: called with each transaction a rule skips whole (the dead-letter store)."""
         self.tracker = tracker
         self._filter = table_filter
         self._ignored = ignored
         self._skip = skip
+        self._on_skip = on_skip
         self._unknown_skipped: set[int] = set()  # table ids whose skip was logged
         self._row_counters: dict[tuple[str, str], Counter] = {}
 
@@ -170,6 +173,8 @@ class EventBuilder:
                 rule,
             )
             _EVENTS_IGNORED.inc()
+            if self._on_skip is not None:
+                self._on_skip(txn)
             return Built(None)
         if txn.ddl:
             return self._ddl(txn)

@@ -8,7 +8,12 @@ dead-letter directory (``[skip] dead-letter-dir``, relative to data-dir) in
 the file sink's binlog format (:mod:`drainer.sinks.file.binlogfile`: the
 first file's header holds the tracked schema at the first skip), fsynced,
 logged with its commit_ts and the error, counted as ``ignored``, and the
-drainer carries on. ``binlog-bridge replay --dir`` reads the directory.
+drainer carries on. A transaction skipped whole by a rule (``[filter]
+ignore-txn-commit-ts``, ``[skip] commit-ts``) is stored there too, so the
+directory holds every transaction skipped whole. ``binlog-bridge replay
+--dir`` reads it like the file sink's directory; it applies only to a target
+that already has the tables (replay creates none), and a transaction the
+schema tracker could not follow fails there the same way.
 
 Only the build stage is covered: a row that does not fit its schema (found
 when the sink decodes it) and a change the downstream refuses still stop
@@ -45,7 +50,18 @@ class DeadLetter:
         self.stored = 0
 
     def put(self, txn: PulledTxn, error: BridgeError) -> None:
-        """Store ``txn`` (unless stored before a restart) and log why it was skipped."""
+        """Store ``txn``, which could not be built because of ``error``, and log it."""
+        self.store(txn)
+        metrics.EVENTS.labels("ignored").inc()
+        log.warning(
+            "on-error = skip-and-log: skipped the transaction at commit_ts %d, stored in %s: %s",
+            txn.commit_ts,
+            self.directory,
+            error,
+        )
+
+    def store(self, txn: PulledTxn) -> None:
+        """Append ``txn`` (fsynced) unless a run before a restart stored it already."""
         writer = self._writer
         if writer is None:
             writer = self._writer = BinlogFileWriter(self.directory, MAX_FILE_SIZE)
@@ -54,13 +70,6 @@ class DeadLetter:
             writer.append(txn.commit_ts, txn.payload)
             writer.sync()
             self.stored += 1
-        metrics.EVENTS.labels("ignored").inc()
-        log.warning(
-            "on-error = skip-and-log: skipped the transaction at commit_ts %d, stored in %s: %s",
-            txn.commit_ts,
-            self.directory,
-            error,
-        )
 
     def close(self) -> None:
         if self._writer is not None:

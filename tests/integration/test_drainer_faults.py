@@ -213,25 +213,25 @@ def test_skip_rules_take_the_drainer_past_each_kind_of_fault_with_one_restart(
 def test_skip_and_log_stores_what_it_cannot_build_in_the_dead_letter_directory(
     pumps: list[PumpProcess], tmp_path: Path, meta_addr: str, producer: Producer
 ) -> None:
-    drainer = drainer_with(tmp_path, meta_addr, extra='[skip]\non-error = "skip-and-log"')
+    drainer = drainer_with(tmp_path, meta_addr)
     try:
         start_with_users(drainer, producer, 5)
+        assert drainer.stop() == 0
+        held = producer.txn([("insert", "users", None, (50, "held back"))])
         ghosts = [write_raw_row(producer, table("ghosts", 77), (i, "g")) for i in range(2)]
         bad_ddl = producer.alter(table("scratch", 12))
         inserts(producer, 100, 5)
+        policy = f'[skip]\non-error = "skip-and-log"\ncommit-ts = [[{held.commit_ts}, {held.commit_ts}]]'
+        drainer.extra_config = policy
+        drainer.start()
         drainer.wait_checkpoint(producer.written[-1].commit_ts)
-        skipped = [w.commit_ts for w in (*ghosts, bad_ddl)]
-        for commit_ts in skipped:
+        for commit_ts in (ghosts[0].commit_ts, ghosts[1].commit_ts, bad_ddl.commit_ts):
             assert (
                 f"skip-and-log: skipped the transaction at commit_ts {commit_ts}, stored in" in drainer.output
             )
-        stored = list(BinlogFileReader(drainer.data_dir / "dead-letter").events())
-        assert [e.commit_ts for e in stored] == skipped
-        assert drainer.stop() == 0
-        drainer.start()  # a restart appends nothing to what is stored
-        inserts(producer, 200, 2)
-        drainer.wait_checkpoint(producer.written[-1].commit_ts)
-        assert [e.commit_ts for e in BinlogFileReader(drainer.data_dir / "dead-letter").events()] == skipped
+        dead_letter = drainer.data_dir / "dead-letter"
+        skipped = [w.commit_ts for w in (held, *ghosts, bad_ddl)]
+        assert [e.commit_ts for e in BinlogFileReader(dead_letter).events()] == skipped
         assert_delivered_without(drainer, producer, set(skipped))
     finally:
         drainer.kill()
