@@ -9,9 +9,9 @@ import pytest
 
 from bridge.proto import row_pb2
 from bridge.rowtemporal import MySQLDate, MySQLDateTime
+from drainer.sinks.mysql import batch as mysql_batch
 from drainer.sinks.mysql.batch import Op, groups, plan, units
 from drainer.sinks.mysql.translate import TableWriter, literal_of
-from drainer.sinks.mysql import batch as mysql_batch
 from drainer.sinks.sql.mysql import MySQLDialect
 from drainer.sinks.sql.sql import build_table_sql
 from tests.support.binlog_events import table_schema
