@@ -57,13 +57,17 @@ async def _serve(serve: Callable[[asyncio.Event], Awaitable[None]]) -> None:
         log.info("%s received: stopping", signal.Signals(signum).name)
         stop.set()
 
+    # remove_signal_handler resets to the default, not to what was there: put the previous back.
+    previous = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
     for signum in STOP_SIGNALS:
         loop.add_signal_handler(signum, stop_soon, signum)
     try:
         await serve(stop)
     finally:
-        for signum in STOP_SIGNALS:
+        for signum, handler in previous.items():
             loop.remove_signal_handler(signum)
+            if handler is not None:  # None: a handler not set from Python, nothing to put back
+                signal.signal(signum, handler)
 
 
 @contextmanager

@@ -49,3 +49,21 @@ def test_run_until_stopped_returns_after_the_service_shut_down_on_sigint() -> No
     assert run_until_stopped(serve) == 0
     assert steps == ["ready", "stopped cleanly"]
     assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_run_until_stopped_puts_back_a_handler_someone_else_installed() -> None:
+    """A SparkContext (or any library) may own SIGINT before a service runs in the same process."""
+
+    def theirs(signum: int, frame: object) -> None:
+        pass
+
+    async def serve(stop: asyncio.Event) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
+        await stop.wait()
+
+    previous = signal.signal(signal.SIGINT, theirs)
+    try:
+        assert run_until_stopped(serve) == 0
+        assert signal.getsignal(signal.SIGINT) is theirs
+    finally:
+        signal.signal(signal.SIGINT, previous)
