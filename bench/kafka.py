@@ -46,6 +46,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from bench.drainer import row_values, table_schema
+from bench.result import best_of
 from bridge.avro import RegistryCodec, SingleObjectCodec, source_record, table_avro
 from bridge.proto import row_pb2
 from bridge.rowcodec import RowCodec
@@ -250,14 +251,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for _ in range(args.repeat):
             ceilings.append(measure_ceiling(args, messages, settings))
             values.append(measure_sink(args, ddl, txns, Path(name)))
-    value, ceiling = max(values), max(ceilings)
     return {
-        "name": "kafka",
-        "value": round(value, 1),
-        "unit": "rows/s",
-        "ceiling": round(ceiling, 1),
-        "ratio": float(f"{value / ceiling:.4g}") if ceiling else 0.0,
-        "runs": {"sink": [round(v, 1) for v in values], "bare_producer": [round(c, 1) for c in ceilings]},
+        **best_of("kafka", "rows/s", values, ceilings, "bare_producer"),
         "params": {
             "rows": args.rows,
             "rows_per_txn": args.rows_per_txn,

@@ -41,6 +41,7 @@ from typing import Any
 import redis
 
 from bench.drainer import row_values, table_schema
+from bench.result import best_of
 from bridge.rowcodec import RowCodec
 from bridge.sink.contract import SinkContext
 from bridge.sink.events import Event, RowChange, TxnEvent
@@ -199,14 +200,8 @@ def result(
     sink: RedisSinkConfig,
 ) -> dict[str, Any]:
     """The JSON object of the run: the best of each side."""
-    value, ceiling = max(values), max(ceilings)
     return {
-        "name": "redis",
-        "value": round(value, 1),
-        "unit": "keys/s",
-        "ceiling": round(ceiling, 1),
-        "ratio": float(f"{value / ceiling:.4g}") if ceiling else 0.0,
-        "runs": {"sink": [round(v, 1) for v in values], "bare_client": [round(c, 1) for c in ceilings]},
+        **best_of("redis", "keys/s", values, ceilings, "bare_client"),
         "per_key_pipeline": round(per_key, 1),
         "params": {
             "rows": args.rows,
