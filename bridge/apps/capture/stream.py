@@ -156,13 +156,21 @@ class Transactions:
         return entry
 
     def _inserts(self, event: Any) -> None:
+        self._whole_rows(event, "insert")
+
+    def _deletes(self, event: Any) -> None:
+        self._whole_rows(event, "delete")
+
+    def _whole_rows(self, event: Any, kind: str) -> None:
+        """Inserts and deletes: one image per row (the after image, or the before image)."""
         entry = self._entry(event)
         if entry is None:
             return
         builder = self._open.builder(f"{event.schema}.{event.table}", entry.table_id)
+        add = builder.insert if kind == "insert" else builder.delete
         encode, convert = entry.codec.encode, entry.convert
         for row in event.rows:
-            builder.insert(encode(convert(row["values"], row["none_sources"])))
+            add(encode(convert(row["values"], row["none_sources"])))
         self._open.rows += len(event.rows)
 
     def _updates(self, event: Any) -> None:
@@ -175,14 +183,4 @@ class Transactions:
             before = convert(row["before_values"], row["before_none_sources"])
             after = convert(row["after_values"], row["after_none_sources"])
             builder.update(*encode_update(before, after))
-        self._open.rows += len(event.rows)
-
-    def _deletes(self, event: Any) -> None:
-        entry = self._entry(event)
-        if entry is None:
-            return
-        builder = self._open.builder(f"{event.schema}.{event.table}", entry.table_id)
-        encode, convert = entry.codec.encode, entry.convert
-        for row in event.rows:
-            builder.delete(encode(convert(row["values"], row["none_sources"])))
         self._open.rows += len(event.rows)
