@@ -137,6 +137,12 @@ def read_toml(path: Path) -> dict[str, Any]:
             return tomllib.load(f)
     except FileNotFoundError:
         raise ConfigError(f"{path}: config file not found") from None
+    except UnicodeDecodeError as exc:  # tomllib decodes the bytes as UTF-8 before parsing
+        line = exc.object[: exc.start].count(b"\n") + 1
+        raise ConfigError(
+            f"{path}: not UTF-8 text: byte 0x{exc.object[exc.start]:02x} on line {line} "
+            f"(offset {exc.start}); TOML files are UTF-8"
+        ) from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from None
     except OSError as exc:

@@ -75,8 +75,8 @@ class JobConfig:
 
 def load_toml(path: Path) -> dict[str, Any]:
     try:
-        return tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"--config {path}: {exc}") from None
 
 
