@@ -10,7 +10,7 @@ from typing import Any, Literal
 from bridge.config import build
 from bridge.errors import ConfigError
 from bridge.kafkaclient import SettingValue
-from drainer.sinks.kafka.topics import check_template
+from drainer.sinks.kafka.topics import BROKER_DEFAULT_REPLICATION, check_template
 
 # The librdkafka settings the sink owns: the contract depends on them.
 _OWNED = {
@@ -44,7 +44,11 @@ class KafkaSinkConfig:
     )
     partitions: int = field(default=3, metadata={"help": "partitions of a table topic the sink creates"})
     replication_factor: int = field(
-        default=1, metadata={"help": "replication factor of topics the sink creates"}
+        default=BROKER_DEFAULT_REPLICATION,
+        metadata={
+            "help": "replication factor of topics the sink creates; -1: the broker's "
+            "default.replication.factor"
+        },
     )
     partition_by: Literal["key", "table", "commit-ts"] = field(
         default="key",
@@ -98,9 +102,10 @@ class KafkaSinkConfig:
         check_template(self.topic_template, self.prefix)
         if not 1 <= self.partitions <= 100_000:
             raise ConfigError(f"sink.kafka.partitions: between 1 and 100000, got {self.partitions}")
-        if not 1 <= self.replication_factor <= 32:
+        if self.replication_factor != BROKER_DEFAULT_REPLICATION and not 1 <= self.replication_factor <= 32:
             raise ConfigError(
-                f"sink.kafka.replication-factor: between 1 and 32, got {self.replication_factor}"
+                "sink.kafka.replication-factor: -1 (the broker's default) or between 1 and 32, "
+                f"got {self.replication_factor}"
             )
         if not 1024 <= self.max_message_bytes <= 1_000_000_000:
             raise ConfigError(

@@ -40,6 +40,9 @@ log = logging.getLogger(__name__)
 _RDKAFKA_LOG = logging.getLogger("drainer.sinks.kafka.librdkafka")  # librdkafka's own log lines
 
 MAX_TOPIC_LENGTH = 249
+# NewTopic's replication factor -1: the broker applies its default.replication.factor (CreateTopics v4+,
+# Kafka 2.4), so a sink configured with nothing follows the cluster's own durability setting.
+BROKER_DEFAULT_REPLICATION = -1
 CHECK_TIMEOUT = 10.0  # seconds the pre-flight waits for the cluster's metadata
 _INVALID_CHARS = re.compile(r"[^A-Za-z0-9._-]")
 _VALID_TOPIC = re.compile(r"^[A-Za-z0-9._-]+$")
@@ -125,7 +128,7 @@ class TopicNames:
 
 @dataclass(frozen=True)
 class TopicSpec:
-    """How to create one topic when it is missing."""
+    """How to create one topic when it is missing (``replication_factor`` -1: the broker's default)."""
 
     partitions: int
     replication_factor: int
@@ -183,7 +186,13 @@ class TopicAdmin:
                     continue
                 raise self._error(error, name, where) from None
             self.partitions[name] = missing[name].partitions
-            log.info("kafka sink: created topic %s (%d partitions)", name, missing[name].partitions)
+            spec = missing[name]
+            replication = (
+                "the broker's default replication factor"
+                if spec.replication_factor == BROKER_DEFAULT_REPLICATION
+                else f"replication factor {spec.replication_factor}"
+            )
+            log.info("kafka sink: created topic %s (%d partitions, %s)", name, spec.partitions, replication)
         if existing:
             self._describe(existing, where)
 
