@@ -21,6 +21,7 @@ BENCHES: dict[str, str] = {
     "pump-index": "bench.pump_index",
     "pump": "bench.pump",
     "drainer": "bench.drainer",
+    "latency": "bench.latency",
     "mysql": "bench.mysql",
     "kafka": "bench.kafka",
     "spark": "bench.spark",
