@@ -41,6 +41,7 @@ from pump import metrics
 from pump.admission import PumpState
 from pump.config import PumpConfig
 from pump.gc import GarbageCollector
+from pump.guard import TimestampGuard
 from pump.health import DiskGuard
 from pump.http import StatusServer, server_ssl_context
 from pump.join import DrainerNotifier
@@ -166,7 +167,10 @@ async def serve(config: PumpConfig, stop: asyncio.Event, ready: Ready = print_re
         )
         port = _bind(server, config)
         node = _build_node(config, cluster_id, port, meta, storage)
-        service = PumpService(cluster_id, node, storage, max_message_bytes=config.max_message_size)
+        guard = TimestampGuard(meta.get_timestamp, config.timestamp_slack)
+        service = PumpService(
+            cluster_id, node, storage, max_message_bytes=config.max_message_size, guard=guard
+        )
         add_to_server(service, server)
         await server.start()
         stack.push_async_callback(_stop_grpc, server, service)

@@ -16,6 +16,7 @@
     stop-write-at-available-space = 10737418240   # bytes; below it Prewrites are refused
     status-addr = "127.0.0.1:8251"     # HTTP status, metrics and state control
     max-message-size = 134217728       # bytes; the largest gRPC message (and so binlog) taken or sent
+    timestamp-slack = "1s"             # binlog timestamps beyond the TSO's by more are refused
 
     [storage]                          # the storage engine, see pump.storage.config.StorageConfig
 
@@ -159,6 +160,14 @@ class PumpConfig(NodeAddressing):
         default=DEFAULT_MAX_MESSAGE_BYTES,
         metadata={"help": "largest gRPC message in bytes, either way; a binlog must fit in one"},
     )
+    timestamp_slack: float = field(
+        default=1.0,
+        metadata={
+            "duration": True,
+            "help": "a binlog whose start_ts/commit_ts is beyond what the TSO has issued "
+            "plus this is refused (pump.guard)",
+        },
+    )
     storage: StorageConfig = field(default_factory=StorageConfig)
     resolver: ResolverConfig = field(default_factory=ResolverConfig)
     security: SecurityConfig = field(default_factory=SecurityConfig)
@@ -203,6 +212,7 @@ class PumpConfig(NodeAddressing):
             "join-timeout": (self.join_timeout, 0.1, 3600.0),
             "max-txn-timeout": (self.max_txn_timeout, 0.05, 7 * 86400.0),
             "fake-binlog-interval": (self.fake_binlog_interval, 0.01, 60.0),
+            "timestamp-slack": (self.timestamp_slack, 0.0, 3600.0),
         }
         for key, (value, low, high) in ranges.items():
             if not low <= value <= high:

@@ -60,6 +60,7 @@ from bridge.binlog import PUMP_UNAVAILABLE_PREFIX, BinlogType, is_fake, is_probe
 from bridge.errors import ProtocolError
 from bridge.proto import binlog_pb2, pump_pb2
 from pump import metrics
+from pump.guard import REFUSAL_PREFIX, TimestampGuard
 from pump.storage import CommittedTxn, PullItem, StorageError, StorageFailed
 from pump.wire import BadRequest, lenient_parser, pack_responses, txn_entity, watermark_entity
 
@@ -163,8 +164,10 @@ class PumpService:
         storage: BinlogStore,
         *,
         max_message_bytes: int,
+        guard: TimestampGuard | None = None,
     ) -> None:
         self._cluster_id = cluster_id
+        self._guard = guard
         self._admission = admission
         self._storage = storage
         self._message_limit = max(max_message_bytes - _MESSAGE_SLACK, 1)
@@ -190,6 +193,8 @@ class PumpService:
             metrics.WRITES.labels("unknown", "refused").inc()
             return pump_pb2.WriteBinlogResp(errmsg=problem)
         (errmsg,) = await self._write_or_abort([request.payload], context)
+        if errmsg.startswith(REFUSAL_PREFIX):
+            await context.abort(grpc.StatusCode.OUT_OF_RANGE, errmsg)
         return pump_pb2.WriteBinlogResp(errmsg=errmsg)
 
     async def WriteBinlogs(
@@ -221,7 +226,7 @@ class PumpService:
         started = time.perf_counter()
         errmsgs = [""] * len(payloads)
         tally: Counter[tuple[str, str]] = Counter()
-        accepted = self._admit(payloads, errmsgs, tally)
+        accepted = await self._admit(payloads, errmsgs, tally)
         if accepted.binlogs:
             write = asyncio.ensure_future(self._store(accepted, errmsgs))
             # If this call is cancelled the write still goes on; admission ends with it.
@@ -246,7 +251,7 @@ class PumpService:
             return f"{PUMP_UNAVAILABLE_PREFIX}{self.storage_failure}"
         return self._admission.write_refusal(True)
 
-    def _admit(
+    async def _admit(
         self, payloads: Sequence[bytes], errmsgs: list[str], tally: Counter[tuple[str, str]]
     ) -> _Accepted:
         accepted = _Accepted()
@@ -259,6 +264,11 @@ class PumpService:
                 continue
             if is_probe(binlog):
                 errmsgs[position] = self._probe_refusal()
+                continue
+            guard = self._guard
+            if guard is not None and not guard.within(binlog) and (refusal := await guard.refusal(binlog)):
+                errmsgs[position] = refusal
+                tally[_KINDS[binlog.tp], "refused"] += 1
                 continue
             prewrite = binlog.tp == _PREWRITE
             refusal = self._admission.enter_write(prewrite)
