@@ -12,13 +12,20 @@ from typing import Any
 import grpc
 
 from bridge.errors import ConfigError
+from bridge.tls import RoleInterceptor
 
 DEFAULT_MAX_MESSAGE_BYTES = 128 * 1024 * 1024  # a 100 MB binlog must fit
 
 
 @dataclass
 class SecurityConfig:
-    """``[security]``: TLS for gRPC and HTTP endpoints. All empty = plaintext."""
+    """``[security]``: TLS for gRPC and HTTP endpoints. All empty = plaintext.
+
+    ``ssl-ca`` on a server turns on mutual TLS: clients must present a
+    certificate the CA signed, and :mod:`bridge.tls` checks its role name.
+    """
+
+    section = "security"  # the TOML table errors name (a class attribute, not a key)
 
     ssl_ca: str = field(default="", metadata={"help": "CA bundle that signed the peers' certificates"})
     ssl_cert: str = field(default="", metadata={"help": "this process's certificate (PEM)"})
@@ -30,11 +37,11 @@ class SecurityConfig:
 
     def validate(self) -> None:
         if bool(self.ssl_cert) != bool(self.ssl_key):
-            raise ConfigError("security.ssl-cert and security.ssl-key must be set together")
+            raise ConfigError(f"{self.section}.ssl-cert and {self.section}.ssl-key must be set together")
         for f in dataclasses.fields(self):
             path = getattr(self, f.name)
             if path and not Path(path).is_file():
-                raise ConfigError(f"security.{f.name.replace('_', '-')}: no such file {path!r}")
+                raise ConfigError(f"{self.section}.{f.name.replace('_', '-')}: no such file {path!r}")
 
 
 def _read(path: str) -> bytes | None:
@@ -66,9 +73,22 @@ def server_credentials(security: SecurityConfig) -> grpc.ServerCredentials | Non
     )
 
 
+def server_interceptors(security: SecurityConfig | None) -> list[grpc.aio.ServerInterceptor]:
+    """What a gRPC server built with ``security`` runs before its handlers:
+    the role check of :mod:`bridge.tls` under mutual TLS (``ssl-ca`` with a certificate)."""
+    if security is None or not (security.ssl_ca and security.ssl_cert):
+        return []
+    return [RoleInterceptor()]
+
+
 def channel_credentials(security: SecurityConfig) -> grpc.ChannelCredentials | None:
     if not security.enabled:
         return None
+    return tls_channel_credentials(security)
+
+
+def tls_channel_credentials(security: SecurityConfig) -> grpc.ChannelCredentials:
+    """TLS for a client channel: ``ssl-ca`` (empty = the system's CA store) and the client certificate."""
     return grpc.ssl_channel_credentials(
         root_certificates=_read(security.ssl_ca),
         private_key=_read(security.ssl_key),

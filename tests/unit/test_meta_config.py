@@ -64,7 +64,7 @@ def test_status_addr_defaults_to_loopback(value: str, expected: tuple[str, int])
         ('addr = "localhost"', "addr: expected host:port"),
         ('advertise-addr = "0.0.0.0:8248"', "advertise-addr: must name a reachable host"),
         ('addr = "0.0.0.0:8248"\netcd = "http://127.0.0.1:2379"', "advertise-addr: required with etcd"),
-        ('etcd = "https://127.0.0.1:2379"', "etcd: only http:// URLs"),
+        ('etcd = "ftp://127.0.0.1:2379"', "etcd: expected http:// or https:// URLs"),
         ('etcd = "http://127.0.0.1"', "etcd: expected URLs like"),
         ('etcd-prefix = "binlog/"', "etcd-prefix: expected a path"),
         ('election-ttl = "500ms"', "election-ttl: expected 1s..10m"),

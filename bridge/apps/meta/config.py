@@ -6,7 +6,7 @@
     advertise-addr = ""              # what other members and clients dial; default = addr
     data-dir = "./var/meta"          # local backend only
     name = ""                        # member id; default "meta-<advertise-addr>"
-    etcd = ""                        # "http://h:p,http://h:p"; empty = local backend
+    etcd = ""                        # "http://h:p,http://h:p" or https://; empty = local backend
     etcd-prefix = "/binlog-bridge/v1"
     election-ttl = "3s"              # leader lease; a dead leader is replaced after about this
     status-addr = ""                 # Prometheus metrics over HTTP; empty = off; "9100" = 127.0.0.1:9100
@@ -15,6 +15,8 @@
     save-interval = "3s"             # the window persisted ahead of handed-out timestamps
 
     [security]                       # TLS, see bridge.grpcutil.SecurityConfig
+
+    [etcd-security]                  # TLS to etcd (https:// URLs): ssl-ca, ssl-cert, ssl-key
 """
 
 from __future__ import annotations
@@ -22,9 +24,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+import grpc
+
 from bridge.config import advertise_addr, check_advertise_addr, listen_addr
 from bridge.errors import ConfigError
-from bridge.grpcutil import SecurityConfig
+from bridge.grpcutil import SecurityConfig, tls_channel_credentials
 from bridge.meta.client import DEFAULT_ADDR
 
 DEFAULT_PREFIX = "/binlog-bridge/v1"
@@ -42,6 +46,15 @@ class TsoConfig:
     def validate(self) -> None:
         if not 0.05 <= self.save_interval <= 3600:
             raise ConfigError(f"tso.save-interval: expected 50ms..1h, got {self.save_interval:g}s")
+
+
+@dataclass
+class EtcdSecurityConfig(SecurityConfig):
+    """``[etcd-security]``: the CA that signed etcd's certificate, and this member's client
+    certificate when etcd demands one (``--client-cert-auth``). Only with ``https://`` URLs;
+    with none of them set, https uses the system's CA store."""
+
+    section = "etcd-security"
 
 
 @dataclass
@@ -64,6 +77,7 @@ class MetaConfig:
     status_addr: str = field(default="", metadata={"help": "HTTP metrics address; empty = off"})
     tso: TsoConfig = field(default_factory=TsoConfig)
     security: SecurityConfig = field(default_factory=SecurityConfig)
+    etcd_security: EtcdSecurityConfig = field(default_factory=EtcdSecurityConfig)
 
     def validate(self) -> None:
         check_advertise_addr(self.addr, self.advertise_addr, required=bool(self.etcd), when=" with etcd")
@@ -71,7 +85,11 @@ class MetaConfig:
             self.status_listen()
         if not self.data_dir and not self.etcd:
             raise ConfigError("data-dir: must not be empty with the local backend")
-        self.etcd_urls()
+        schemes = {scheme for scheme, _, _ in self._etcd_parsed()}
+        if len(schemes) > 1:
+            raise ConfigError(f"etcd: all URLs must be https:// or all http://, got {self.etcd!r}")
+        if self.etcd_security.enabled and not self.etcd_tls:
+            raise ConfigError("etcd-security: TLS to etcd needs https:// URLs in etcd")
         if not self.etcd_prefix.startswith("/") or self.etcd_prefix.endswith("/") or " " in self.etcd_prefix:
             raise ConfigError(
                 f"etcd-prefix: expected a path like {DEFAULT_PREFIX!r}, got {self.etcd_prefix!r}"
@@ -85,22 +103,36 @@ class MetaConfig:
     def backend(self) -> str:
         return "etcd" if self.etcd else "local"
 
+    @property
+    def etcd_tls(self) -> bool:
+        """True when ``etcd`` names https:// URLs."""
+        return any(scheme == "https" for scheme, _, _ in self._etcd_parsed())
+
+    def etcd_credentials(self) -> grpc.ChannelCredentials | None:
+        """TLS credentials for the etcd client; None for http:// URLs."""
+        if not self.etcd_tls:
+            return None
+        return tls_channel_credentials(self.etcd_security)
+
     def etcd_urls(self) -> list[tuple[str, int]]:
         """``(host, port)`` of each URL in ``etcd``; the error names the key."""
-        out: list[tuple[str, int]] = []
+        return [(host, port) for _, host, port in self._etcd_parsed()]
+
+    def _etcd_parsed(self) -> list[tuple[str, str, int]]:
+        out: list[tuple[str, str, int]] = []
         for raw in (u.strip() for u in self.etcd.split(",")):
             if not raw:
                 continue
             url = urlsplit(raw if "://" in raw else f"http://{raw}")
-            if url.scheme != "http":
-                raise ConfigError(f"etcd: only http:// URLs are supported by the etcd client, got {raw!r}")
+            if url.scheme not in ("http", "https"):
+                raise ConfigError(f"etcd: expected http:// or https:// URLs, got {raw!r}")
             try:
                 port = url.port
             except ValueError:
                 port = None
             if not url.hostname or port is None or url.path not in ("", "/"):
                 raise ConfigError(f"etcd: expected URLs like http://127.0.0.1:2379, got {raw!r}")
-            out.append((url.hostname, port))
+            out.append((url.scheme, url.hostname, port))
         if self.etcd and not out:
             raise ConfigError(f"etcd: expected URLs like http://127.0.0.1:2379, got {self.etcd!r}")
         return out

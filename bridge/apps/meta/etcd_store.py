@@ -32,6 +32,8 @@ from typing import Any, TypeVar
 
 import aetcd
 import grpc
+from aetcd import rpc as etcd_rpc
+from aetcd import watcher as etcd_watcher
 
 from bridge.apps.meta.store import KIND_DIRS, BadEntry, LoadedNodes, node_from_json, node_to_json
 from bridge.errors import NotLeader, ProtocolError, StoreError
@@ -42,6 +44,32 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 _ETCD_ERRORS = (aetcd.ClientError, grpc.aio.AioRpcError, TimeoutError, OSError)
+
+
+class _TlsEtcdClient(aetcd.Client):  # type: ignore[misc]
+    """aetcd 1.0 dials plaintext only: this client opens the same service stubs
+    over a TLS channel. Everything else (calls, errors, watches) is aetcd's."""
+
+    def __init__(self, host: str, port: int, timeout: float, tls: grpc.ChannelCredentials) -> None:
+        super().__init__(host=host, port=port, timeout=timeout)
+        self._tls = tls
+
+    async def connect(self) -> None:
+        if self._connected.is_set():
+            return
+        self.channel = grpc.aio.secure_channel(f"{self._host}:{self._port}", self._tls)
+        self.kvstub = etcd_rpc.KVStub(self.channel)
+        self.clusterstub = etcd_rpc.ClusterStub(self.channel)
+        self.leasestub = etcd_rpc.LeaseStub(self.channel)
+        self.maintenancestub = etcd_rpc.MaintenanceStub(self.channel)
+        self._watcher = etcd_watcher.Watcher(etcd_rpc.WatchStub(self.channel), timeout=self._timeout)
+        self._connected.set()
+
+
+def _etcd_client(host: str, port: int, timeout: float, tls: grpc.ChannelCredentials | None) -> Any:
+    if tls is None:
+        return aetcd.Client(host=host, port=port, timeout=timeout)
+    return _TlsEtcdClient(host, port, timeout, tls)
 
 
 class EtcdStore:
@@ -57,8 +85,12 @@ class EtcdStore:
         advertise_addr: str,
         ttl_seconds: float = 3.0,
         rpc_timeout: float = 2.0,
+        tls: grpc.ChannelCredentials | None = None,
     ) -> None:
+        """``tls``: credentials for https:// endpoints (:meth:`MetaConfig.etcd_credentials`); None = http."""
         self._urls = urls
+        self._tls = tls
+        self._scheme = "https" if tls is not None else "http"
         self._prefix = prefix
         self._ttl = max(1, math.ceil(ttl_seconds))
         self._rpc_timeout = rpc_timeout
@@ -93,8 +125,8 @@ class EtcdStore:
     async def open(self) -> int:
         errors: list[str] = []
         for host, port in self._urls:
-            self._url = f"http://{host}:{port}"
-            client = aetcd.Client(host=host, port=port, timeout=self._rpc_timeout)
+            self._url = f"{self._scheme}://{host}:{port}"
+            client = _etcd_client(host, port, self._rpc_timeout, self._tls)
             self._client = client
             try:
                 await self._call("reading the cluster id", client.get(self.key("cluster-id")))
@@ -104,7 +136,7 @@ class EtcdStore:
                 continue
             return await self._cluster_id()
         self._client = None
-        urls = ", ".join(f"http://{h}:{p}" for h, p in self._urls)
+        urls = ", ".join(f"{self._scheme}://{h}:{p}" for h, p in self._urls)
         raise StoreError(f"cannot reach etcd at {urls}: {'; '.join(errors)}")
 
     async def _cluster_id(self) -> int:

@@ -28,7 +28,7 @@ from bridge.apps.meta.member import MetaMember
 from bridge.apps.meta.metrics import member_registry
 from bridge.apps.meta.store import MetaStore
 from bridge.errors import BridgeError, ClusterMismatch, ConfigError, NotLeader, ProtocolError
-from bridge.grpcutil import add_port, channel_options
+from bridge.grpcutil import add_port, channel_options, server_interceptors
 from bridge.meta.client import LEADER_METADATA_KEY
 from bridge.proto import meta_pb2, meta_pb2_grpc
 from bridge.tso import MAX_LOGICAL
@@ -124,7 +124,14 @@ class MetaService(meta_pb2_grpc.MetaServicer):
 
 def make_store(config: MetaConfig, member_id: str, advertise: str) -> MetaStore:
     if config.etcd:
-        return EtcdStore(config.etcd_urls(), config.etcd_prefix, member_id, advertise, config.election_ttl)
+        return EtcdStore(
+            config.etcd_urls(),
+            config.etcd_prefix,
+            member_id,
+            advertise,
+            config.election_ttl,
+            tls=config.etcd_credentials(),
+        )
     return LocalStore(config.data_dir, advertise)
 
 
@@ -142,7 +149,10 @@ class MetaServer:
         """Bind, open the store, make a first leadership attempt, then serve."""
         config = self.config
         # No SO_REUSEPORT: a second meta on the same address must fail, not share it.
-        server = grpc.aio.server(options=[*channel_options(), ("grpc.so_reuseport", 0)])
+        server = grpc.aio.server(
+            options=[*channel_options(), ("grpc.so_reuseport", 0)],
+            interceptors=server_interceptors(config.security),
+        )
         port = add_port(server, config.addr, config.security)
         self.advertise = config.advertise(port)
         member = MetaMember(
@@ -171,6 +181,8 @@ class MetaServer:
                 registry=member_registry(member),
                 certfile=security.ssl_cert or None,
                 keyfile=security.ssl_key or None,
+                client_cafile=security.ssl_ca or None,
+                client_auth_required=bool(security.ssl_ca and security.ssl_cert),
             )
         except OSError as exc:
             raise ConfigError(f"status-addr: cannot listen on {host}:{port}: {exc.strerror}") from exc
