@@ -47,7 +47,7 @@ import grpc
 
 from bridge.config import describe
 from bridge.errors import BridgeError, MetaUnavailable
-from bridge.grpcutil import add_port, channel_options
+from bridge.grpcutil import add_port, channel_options, server_interceptors
 from bridge.meta.client import MetaClient
 from bridge.meta.nodes import wall_time
 from bridge.proto import drainer_pb2_grpc
@@ -68,6 +68,7 @@ from drainer.relay.sink import RelaySink
 from drainer.server import CisternService, DrainerNode, NodeSettings
 from drainer.sync.builder import EventBuilder
 from drainer.sync.deadletter import DeadLetter
+from drainer.sync.route import Router, routed
 from drainer.sync.syncer import Syncer, SyncSettings
 
 log = logging.getLogger(__name__)
@@ -130,6 +131,7 @@ class Drainer:
         on_skip = dead_letter.store if dead_letter is not None else None
         builder = EventBuilder(tracker, filters.table_filter(), ignored, config.skip.rules(), on_skip)
         sink = self.sink = build_sink(config.sink.types, config.sink.tables, data_dir)
+        sink = routed(sink, Router.from_config(config.route))
         self.relay: RelaySink | None = None
         if config.relay.enabled:
             relay_dir = config.relay.directory(data_dir)
@@ -139,7 +141,10 @@ class Drainer:
         context = SinkContext(cluster_id=cluster_id, data_dir=data_dir)
         sync_settings = SyncSettings.from_config(config)
         self.syncer = Syncer(self.feed, builder, sink, checkpoint, start, sync_settings, context, dead_letter)
-        self.server = grpc.aio.server(options=channel_options(config.max_message_size))
+        self.server = grpc.aio.server(
+            options=channel_options(config.max_message_size),
+            interceptors=server_interceptors(config.security),
+        )
         port = add_port(self.server, config.addr, config.security)
         settings = NodeSettings(
             node_id=config.node_name(port),

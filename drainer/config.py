@@ -38,6 +38,7 @@ from bridge.errors import ConfigError
 from bridge.grpcutil import DEFAULT_MAX_MESSAGE_BYTES, SecurityConfig
 from bridge.nodeconfig import NodeAddressing
 from drainer.sync.filter import TableFilter
+from drainer.sync.route import RouteConfig, parse_routes
 from drainer.sync.skip import SkipConfig
 
 DEFAULT_ADDR = "127.0.0.1:8249"
@@ -188,6 +189,7 @@ class DrainerConfig(NodeAddressing):
     )
     filter: FilterConfig = field(default_factory=FilterConfig)
     skip: SkipConfig = field(default_factory=SkipConfig)
+    route: list[RouteConfig] = field(default_factory=list)  # [[route]], parsed by config_from_dict
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     relay: RelayConfig = field(default_factory=RelayConfig)
     sink: SinkConfig = field(default_factory=SinkConfig)
@@ -230,12 +232,13 @@ def _split_table(data: Mapping[str, Any], key: str) -> tuple[dict[str, Any], dic
 
 def config_from_dict(data: Mapping[str, Any]) -> DrainerConfig:
     """Build and check a :class:`DrainerConfig` from TOML data (flags merged in)."""
-    rest = {k: v for k, v in data.items() if k not in ("sink", "checkpoint")}
+    rest = {k: v for k, v in data.items() if k not in ("sink", "checkpoint", "route")}
     sink_keys, sink_tables = _split_table(data, "sink")
     checkpoint_keys, checkpoint_tables = _split_table(data, "checkpoint")
     if checkpoint_tables:
         raise ConfigError(f"checkpoint.{next(iter(checkpoint_tables))}: unexpected table in [checkpoint]")
     config = build(DrainerConfig, rest)
+    config.route = parse_routes(data.get("route"))
     config.sink = build(SinkConfig, sink_keys, prefix="sink.")
     config.sink.tables = sink_tables
     unknown = sorted(set(sink_tables) - set(config.sink.types))
