@@ -220,7 +220,7 @@ async def _start_background(
     ticker = FakeBinlogTicker(meta, storage, node, config.fake_binlog_interval)
     background.start(ticker.run(), "fake-binlog-ticker")
     if config.gc:
-        collector = GarbageCollector(storage, meta, config.gc)
+        collector = GarbageCollector(storage, meta, config.gc, max_retention=config.max_retention)
         log.info("GC: keeping %gs of binlogs, collecting every %gs", collector.retention, collector.interval)
         background.start(collector.run(), "gc")
     else:

@@ -12,7 +12,8 @@
     join-timeout = "1m"                # how long start waits for every drainer to acknowledge Notify
     max-txn-timeout = "10m"            # a Prewrite unpaired this long is resolved through [resolver]
     fake-binlog-interval = "200ms"     # idle watermark cadence
-    gc = "7d"                          # keep sealed segments this long; 0 = keep forever
+    gc = "7d"                          # keep binlogs this long and until every drainer read them; 0 = forever
+    max-retention = "0"                # older ones go even if a drainer has not read them; 0 = never
     stop-write-at-available-space = 10737418240   # bytes; below it Prewrites are refused
     status-addr = "127.0.0.1:8251"     # HTTP status, metrics and state control
     max-message-size = 134217728       # bytes; the largest gRPC message (and so binlog) taken or sent
@@ -146,7 +147,19 @@ class PumpConfig(NodeAddressing):
     )
     gc: float = field(
         default=7 * 86400.0,
-        metadata={"duration": True, "help": 'retention of sealed segments (e.g. "7d", "36h"); 0 = forever'},
+        metadata={
+            "duration": True,
+            "help": 'retention of sealed segments (e.g. "7d", "36h"), never past a registered drainer\'s '
+            "checkpoint; 0 = forever",
+        },
+    )
+    max_retention: float = field(
+        default=0.0,
+        metadata={
+            "duration": True,
+            "help": "binlogs older than this are deleted even when a drainer has not checkpointed them "
+            "(logged, naming the drainer); 0 = never: GC waits for every drainer",
+        },
     )
     stop_write_at_available_space: int = field(
         default=DEFAULT_STOP_WRITE_BYTES,
@@ -219,6 +232,11 @@ class PumpConfig(NodeAddressing):
                 raise ConfigError(f"{key}: expected {_span(low)}..{_span(high)}, got {value:g}s")
         if self.gc and self.gc < 60:
             raise ConfigError(f"gc: expected 0 (keep forever) or at least 1m, got {self.gc:g}s")
+        if self.max_retention and (not self.gc or self.max_retention < self.gc):
+            raise ConfigError(
+                f"max-retention: expected 0 (unset) or at least gc ({self.gc:g}s), "
+                f"got {self.max_retention:g}s"
+            )
 
 
 def _span(seconds: float) -> str:

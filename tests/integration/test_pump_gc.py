@@ -88,7 +88,8 @@ def test_gc_deletes_old_segments_and_flags_the_drainer_behind_it(
             await register_drainer(registry, current, storage.watermark)
             await register_drainer(registry, gone, first_commit, meta_pb2.OFFLINE)
 
-            collector = GarbageCollector(storage, registry, retention=60.0, interval=3600.0)
+            # max-retention = gc: deletes by age past the drainer behind, the case this test is about
+            collector = GarbageCollector(storage, registry, 60.0, interval=3600.0, max_retention=60.0)
             with caplog.at_level(logging.INFO, logger="pump.gc"):
                 gc_ts = await collector.collect_once(now=time.time() + 3600)  # everything is old by then
                 assert gc_ts == storage.gc_ts > first_commit
