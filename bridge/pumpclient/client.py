@@ -47,6 +47,7 @@ from bridge.retry import Backoff
 
 log = logging.getLogger(__name__)
 
+_PREWRITE = binlog_pb2.Prewrite
 _SECOND_PHASE = frozenset({binlog_pb2.Commit, binlog_pb2.Rollback})
 # The metrics label of each binlog type: "prewrite", "commit", ...
 _KINDS = {value: name.lower() for name, value in binlog_pb2.BinlogType.items()}
@@ -61,11 +62,11 @@ def _report_unexpected_end(task: asyncio.Task[None]) -> None:
 class _Attempts:
     """Deadline, backoff and the last error of each pump tried, for one binlog."""
 
-    def __init__(self, config: PumpClientConfig) -> None:
-        self._loop = asyncio.get_running_loop()
+    def __init__(self, loop: asyncio.AbstractEventLoop, config: PumpClientConfig) -> None:
+        self._loop = loop
         self._config = config
-        self.deadline = self._loop.time() + config.write_timeout
-        self._backoff = Backoff(config.retry_backoff, config.retry_backoff_max)
+        self.deadline = loop.time() + config.write_timeout
+        self._backoff: Backoff | None = None  # made on the first pause: most binlogs never pause
         self.errors: dict[str, str] = {}
 
     def remaining(self) -> float:
@@ -79,6 +80,8 @@ class _Attempts:
         remaining = self.remaining()
         if remaining <= 0:
             return False
+        if self._backoff is None:
+            self._backoff = Backoff(self._config.retry_backoff, self._config.retry_backoff_max)
         await self._backoff.sleep(limit=remaining)
         return self.remaining() > 0
 
@@ -186,23 +189,26 @@ class AsyncPumpsClient:
 
         Raises NoPumpAvailable (Prewrite only) and PumpRejected.
         """
-        if self._pool is None:
+        pool = self._pool
+        if pool is None:
             raise RuntimeError("the pump client is not started (use start() or 'async with')")
         started = time.perf_counter()
-        kind = _KINDS[binlog.tp]
+        tp = binlog.tp
+        kind = _KINDS[tp]
         payload = binlog.SerializeToString()
-        if binlog.tp in _SECOND_PHASE:
-            await self._write_second_phase(self._pool, binlog.start_ts, payload, kind)
+        if tp in _SECOND_PHASE:
+            await self._write_second_phase(pool, binlog.start_ts, payload, kind)
         else:
-            await self._write_first_phase(self._pool, binlog, payload, kind)
+            await self._write_first_phase(pool, tp, binlog.start_ts, payload, kind)
         metrics.write_seconds(kind).observe(time.perf_counter() - started)
 
     async def _write_first_phase(
-        self, pool: PumpPool, binlog: binlog_pb2.Binlog, payload: bytes, kind: str
+        self, pool: PumpPool, tp: int, start_ts: int, payload: bytes, kind: str
     ) -> None:
-        attempts = _Attempts(self.config)
+        attempts = _Attempts(asyncio.get_running_loop(), self.config)
+        candidates = pool.prewrite_candidates(start_ts)
         while True:
-            for node in pool.prewrite_candidates(binlog.start_ts):
+            for node in candidates:
                 remaining = attempts.remaining()
                 if remaining <= 0:
                     break
@@ -211,14 +217,15 @@ class AsyncPumpsClient:
                 except PumpUnavailable as exc:
                     attempts.failed(node, exc)
                     continue
-                if binlog.tp == binlog_pb2.Prewrite:
-                    self._routes.remember(binlog.start_ts, node.node_id)
+                if tp == _PREWRITE:
+                    self._routes.remember(start_ts, node.node_id)
                 return
             if not await attempts.pause():
                 raise NoPumpAvailable(
-                    f"no pump took the {kind} binlog of start_ts {binlog.start_ts} within "
+                    f"no pump took the {kind} binlog of start_ts {start_ts} within "
                     f"write-timeout {self.config.write_timeout:g}s: {attempts.summary()}"
                 )
+            candidates = pool.prewrite_candidates(start_ts)
 
     async def _write_second_phase(self, pool: PumpPool, start_ts: int, payload: bytes, kind: str) -> None:
         node_id = self._routes.take(start_ts)
@@ -228,7 +235,7 @@ class AsyncPumpsClient:
             )
             candidates = pool.prewrite_candidates(start_ts)
             node_id = candidates[0].node_id if candidates else ""
-        attempts = _Attempts(self.config)
+        attempts = _Attempts(asyncio.get_running_loop(), self.config)
         while True:
             node = pool.get(node_id)
             remaining = attempts.remaining()

@@ -41,7 +41,7 @@ _GONE_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED}
 _WAIT_SLACK = 1.0
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class PendingBinlog:
     payload: bytes
     kind: str  # the binlog type, lower case: the metrics label
@@ -55,6 +55,12 @@ def describe_rpc_error(exc: Any) -> str:
     """``UNAVAILABLE: failed to connect ...`` from a grpc.aio.AioRpcError."""
     details = (exc.details() or "").strip()
     return f"{exc.code().name}: {details}" if details else str(exc.code().name)
+
+
+def _expire(future: asyncio.Future[str], timeout: float, node: PumpNode) -> None:
+    if not future.done():
+        last = f" (last error: {node.last_error})" if node.last_error else ""
+        future.set_exception(PumpUnavailable(f"no answer within {timeout:.1f}s{last}"))
 
 
 class PumpNode:
@@ -80,6 +86,7 @@ class PumpNode:
         self._on_failure = on_failure
         self._channel = aio_channel(addr, config.security)
         self._stub = pump_pb2_grpc.PumpStub(self._channel)  # type: ignore[no-untyped-call]
+        self._loop = asyncio.get_running_loop()
         self._queue: deque[PendingBinlog] = deque()
         self._queued_bytes = 0
         self._senders = 0
@@ -96,23 +103,24 @@ class PumpNode:
         ``timeout`` or its state refuses writes for now (paused, closing...),
         PumpRejected when the pump refused this binlog itself.
         """
-        future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[str] = self._loop.create_future()
         self._queue.append(PendingBinlog(payload, kind, future))
         self._queued_bytes += len(payload)
         if self._senders < self._config.max_inflight_batches:
             self._senders += 1
-            task = asyncio.create_task(self._send_queued(), name=f"pump-batcher-{self.node_id}")
+            task = self._loop.create_task(self._send_queued(), name=f"pump-batcher-{self.node_id}")
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
-        try:
-            if timeout >= self._worst_wait():
-                errmsg = await future  # the batching answers in time: spare a timer per binlog
-            else:
-                async with asyncio.timeout(timeout):
-                    errmsg = await future
-        except TimeoutError:
-            last = f" (last error: {self.last_error})" if self.last_error else ""
-            raise PumpUnavailable(f"no answer within {timeout:.1f}s{last}") from None
+        if timeout >= self._worst_wait():
+            errmsg = await future  # the batching answers in time: spare a timer per binlog
+        else:
+            # One timer handle, not asyncio.timeout(): this runs per binlog. An
+            # expired binlog still queued is skipped by _take_batch.
+            timer = self._loop.call_later(timeout, _expire, future, timeout, self)
+            try:
+                errmsg = await future
+            finally:
+                timer.cancel()
         if errmsg.startswith(PUMP_UNAVAILABLE_PREFIX):  # the pump's state, not the binlog
             raise PumpUnavailable(f"pump {self.label} cannot take the {kind} binlog now: {errmsg}")
         if errmsg:
