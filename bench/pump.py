@@ -1,4 +1,4 @@
-"""Binlogs per second one pump acknowledges, against gRPC + append + fsync alone.
+"""Binlogs per second one pump acknowledges through the SDK, against a batched ceiling.
 
 Starts ``binlog-bridge meta`` and ``binlog-bridge pump`` (children, a
 temporary data dir, ``storage.sync = true``: every acknowledged binlog is
@@ -10,13 +10,17 @@ after the Prewrite was acknowledged, then the Commit. Timestamps come from
 the meta service; concurrent requests share one GetTimestamps call.
 
 ``value`` is binlogs acknowledged per second (Prewrites and Commits),
-``p50_ms``/``p99_ms`` the latency of one ``write_binlog`` call.
+``p50_ms``/``p99_ms`` the latency of one ``write_binlog`` call, and
+``cpu_us_per_binlog`` the CPU each process spent per binlog (``bench`` is
+this process: the producers and the SDK).
 
-The ceiling is the same drive against :mod:`bench.pump_ceiling`, a minimal
-gRPC server whose ``WriteBinlogs`` appends the payloads to a file and
-fsyncs once per call, and nothing else (no parsing, no index, no sorting),
-measured in the same run with its own meta service. ``ratio`` = value /
-ceiling.
+The ceiling, measured in the same run with its own meta service, is
+:mod:`bench.pump_ceiling`: a minimal gRPC server whose ``WriteBinlogs``
+appends the payloads to a file and fsyncs once per call (no parsing, no
+index, no sorting), driven without the SDK by pre-encoded binlogs,
+``--ceiling-batch`` per call, ``--ceiling-inflight`` calls at a time.
+``ratio`` = value / ceiling. ``sdk_ceiling`` is the same producers and SDK
+driving that minimal server: what the producer side alone allows.
 """
 
 from __future__ import annotations
@@ -35,6 +39,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.cpu import CpuMeter, listener_pid
+from bench.pump_ceiling import drive_batched
+from bench.result import machine
 from bench.tso import meta_process
 from bridge.binlog import Binlog, BinlogType, commit, prewrite
 from bridge.proto import binlog_pb2
@@ -58,6 +65,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seconds", type=float, default=10.0, help="measuring time per phase (default 10)")
     parser.add_argument("--concurrency", type=int, default=1024, help="producer tasks (default 1024)")
     parser.add_argument("--size", type=int, default=1024, help="Prewrite binlog bytes (default 1024)")
+    parser.add_argument(
+        "--ceiling-batch",
+        type=int,
+        default=100,
+        help="binlogs per call of the ceiling's driver (default 100)",
+    )
+    parser.add_argument(
+        "--ceiling-inflight", type=int, default=1, help="concurrent calls of the ceiling's driver (default 1)"
+    )
+    parser.add_argument(
+        "--no-sdk-ceiling", action="store_true", help="skip the SDK drive against the ceiling server"
+    )
 
 
 def progress(message: str) -> None:
@@ -132,7 +151,9 @@ async def producer(
         tally.record(began)
 
 
-async def drive(meta_addr: str, args: argparse.Namespace, label: str) -> dict[str, float]:
+async def drive(
+    meta_addr: str, args: argparse.Namespace, label: str, meter: CpuMeter | None = None
+) -> dict[str, Any]:
     """Run the producers against whatever pump the registry lists; figures after warm-up."""
     config = PumpClientConfig(rpc_timeout=30, write_timeout=60)
     tally = Tally()
@@ -146,15 +167,22 @@ async def drive(meta_addr: str, args: argparse.Namespace, label: str) -> dict[st
         ]
         await asyncio.sleep(warmup)
         tally.measuring = True
+        if meter is not None:
+            meter.start()
         measured_from = time.perf_counter()
         await asyncio.sleep(args.seconds)
         tally.measuring = False
         elapsed = time.perf_counter() - measured_from
+        if meter is not None:
+            meter.stop()
         end[0] = 0.0
         await asyncio.gather(*tasks)
     rate = tally.acked / elapsed
     progress(f"{label}: {tally.acked:,} binlogs in {elapsed:.1f}s = {rate:,.0f}/s")
-    return {"rate": rate, **percentiles(tally.latencies)}
+    figures: dict[str, Any] = {"rate": rate, **percentiles(tally.latencies)}
+    if meter is not None:
+        figures["cpu_us_per_binlog"] = meter.per_row_us(max(tally.acked, 1))
+    return figures
 
 
 def percentiles(latencies: Sequence[float]) -> dict[str, float]:
@@ -165,8 +193,8 @@ def percentiles(latencies: Sequence[float]) -> dict[str, float]:
 
 
 @contextlib.asynccontextmanager
-async def child(argv: list[str], what: str) -> AsyncIterator[str]:
-    """A child process that prints a ready line naming its address; yields the address."""
+async def child(argv: list[str], what: str) -> AsyncIterator[tuple[str, int]]:
+    """A child process that prints a ready line naming its address; yields the address and pid."""
     proc = await asyncio.create_subprocess_exec(
         *argv,
         stdin=asyncio.subprocess.DEVNULL,
@@ -183,7 +211,7 @@ async def child(argv: list[str], what: str) -> AsyncIterator[str]:
         else:
             raise RuntimeError(f"{what} exited before it was ready:\n" + "".join(lines[-30:]))
         drain = asyncio.ensure_future(_drain(proc.stderr))
-        yield m.group(1)
+        yield m.group(1), proc.pid
     finally:
         if proc.returncode is None:
             proc.terminate()
@@ -196,17 +224,26 @@ async def _drain(stream: asyncio.StreamReader) -> None:
         pass
 
 
-async def measure_pump(args: argparse.Namespace, tmp: Path) -> dict[str, float]:
+def meter_for(**pids: int | None) -> CpuMeter:
+    return CpuMeter({"bench": [os.getpid()], **{name: [pid] for name, pid in pids.items()}})
+
+
+def meta_pid(meta_addr: str) -> int | None:
+    return listener_pid(int(meta_addr.rpartition(":")[2]))
+
+
+async def measure_pump(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     async with meta_process(str(tmp / "meta")) as meta_addr:
         config = tmp / "pump.toml"
         config.write_text(PUMP_TOML.format(meta=meta_addr, data_dir=tmp / "pump"))
         argv = [sys.executable, "-m", "bridge.cli", "--log-level", "warning", "pump", "--config", str(config)]
-        async with child(argv, "binlog-bridge pump") as addr:
+        async with child(argv, "binlog-bridge pump") as (addr, pid):
             progress(f"pump at {addr}, data in {tmp / 'pump'}")
-            return await drive(meta_addr, args, "pump")
+            return await drive(meta_addr, args, "pump", meter_for(pump=pid, meta=meta_pid(meta_addr)))
 
 
-async def measure_ceiling(args: argparse.Namespace, tmp: Path) -> dict[str, float]:
+async def measure_ceiling(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    """The batched drive of the minimal server, then (unless skipped) the SDK's drive of it."""
     async with meta_process(str(tmp / "meta-ceiling")) as meta_addr:
         argv = [
             sys.executable,
@@ -217,12 +254,35 @@ async def measure_ceiling(args: argparse.Namespace, tmp: Path) -> dict[str, floa
             "--file",
             str(tmp / "ceiling.log"),
         ]
-        async with child(argv, "the ceiling server") as addr:
+        async with child(argv, "the ceiling server") as (addr, pid):
             progress(f"ceiling server at {addr}")
-            return await drive(meta_addr, args, "ceiling (gRPC + append + fsync)")
+            value = prewrite_value_of_size(args.size)
+            payloads = [
+                Binlog(tp=BinlogType.Prewrite, start_ts=ts, prewrite_value=value).SerializeToString()
+                for ts in range(1, args.ceiling_batch + 1)
+            ]
+            meter = meter_for(server=pid)
+            count, elapsed = await drive_batched(
+                addr,
+                payloads,
+                batch=args.ceiling_batch,
+                inflight=args.ceiling_inflight,
+                seconds=args.seconds,
+                warmup=min(1.0, args.seconds / 4),
+                meter=meter,
+            )
+            rate = count / elapsed
+            shape = f"{args.ceiling_batch} binlogs per call, {args.ceiling_inflight} in flight"
+            progress(f"ceiling ({shape}): {count:,} binlogs in {elapsed:.1f}s = {rate:,.0f}/s")
+            ceiling: dict[str, Any] = {"rate": rate, "cpu_us_per_binlog": meter.per_row_us(max(count, 1))}
+            if not args.no_sdk_ceiling:
+                ceiling["sdk"] = await drive(
+                    meta_addr, args, "SDK against the ceiling server", meter_for(server=pid)
+                )
+            return ceiling
 
 
-async def measure(args: argparse.Namespace) -> tuple[dict[str, float], dict[str, float]]:
+async def measure(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
     with tempfile.TemporaryDirectory(prefix="bench-pump-") as tmp:
         pump = await measure_pump(args, Path(tmp))
         ceiling = await measure_ceiling(args, Path(tmp))
@@ -232,9 +292,11 @@ async def measure(args: argparse.Namespace) -> tuple[dict[str, float], dict[str,
 def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.seconds <= 0 or args.concurrency < 1 or not 64 <= args.size <= 64 << 20:
         raise SystemExit("bench pump: --seconds > 0, --concurrency >= 1, --size 64..67108864")
+    if args.ceiling_batch < 1 or args.ceiling_inflight < 1:
+        raise SystemExit("bench pump: --ceiling-batch >= 1, --ceiling-inflight >= 1")
     pump, ceiling = asyncio.run(measure(args))
     value, top = pump["rate"], ceiling["rate"]
-    return {
+    result: dict[str, Any] = {
         "name": "pump",
         "value": round(value, 1),
         "unit": "binlogs/s",
@@ -242,9 +304,24 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "ratio": float(f"{value / top:.4g}") if top else 0.0,
         "p50_ms": pump["p50_ms"],
         "p99_ms": pump["p99_ms"],
-        "ceiling_p50_ms": ceiling["p50_ms"],
-        "ceiling_p99_ms": ceiling["p99_ms"],
-        "params": {"seconds": args.seconds, "concurrency": args.concurrency, "size": args.size},
-        "load_avg": [round(x, 2) for x in os.getloadavg()],
-        "ceiling_is": "the same producers against a gRPC server that appends and fsyncs per WriteBinlogs",
+        "cpu_us_per_binlog": {
+            "sdk_to_pump": pump["cpu_us_per_binlog"],
+            "ceiling": ceiling["cpu_us_per_binlog"],
+        },
     }
+    if "sdk" in ceiling:
+        sdk = ceiling["sdk"]
+        result["sdk_ceiling"] = round(sdk["rate"], 1)
+        result["sdk_ceiling_ratio"] = float(f"{value / sdk['rate']:.4g}") if sdk["rate"] else 0.0
+        result["sdk_ceiling_p50_ms"], result["sdk_ceiling_p99_ms"] = sdk["p50_ms"], sdk["p99_ms"]
+        result["cpu_us_per_binlog"]["sdk_to_ceiling_server"] = sdk["cpu_us_per_binlog"]
+    params = {
+        k: getattr(args, k) for k in ("seconds", "concurrency", "size", "ceiling_batch", "ceiling_inflight")
+    }
+    result["params"] = params
+    result.update(machine())
+    result["ceiling_is"] = (
+        f"pre-encoded binlogs, {args.ceiling_batch} per WriteBinlogs call, {args.ceiling_inflight} call(s) "
+        "in flight, over plain gRPC stubs to a server that appends them to a file and fsyncs once per call"
+    )
+    return result

@@ -1,5 +1,10 @@
 """The ceiling of ``binlog-bridge bench pump``: gRPC + append + fsync and nothing else.
 
+:func:`drive_batched` is the ceiling's producer side: pre-encoded binlogs
+sent ``batch`` per ``WriteBinlogs`` call over plain gRPC stubs, ``inflight``
+calls at a time, no SDK. Against this server it measures what one Python
+process can push through gRPC into one fsynced file on this machine.
+
 ``python -m bench.pump_ceiling --meta ADDR --file PATH`` serves the Pump
 service on a free port and registers in the meta service as an ONLINE pump,
 so the pump client SDK drives it exactly as it drives a pump. Its
@@ -18,11 +23,14 @@ import concurrent.futures
 import contextlib
 import os
 import sys
+import time
+from collections.abc import Sequence
 from typing import Any
 
 import grpc
 
-from bridge.grpcutil import add_port, channel_options
+from bench.cpu import CpuMeter
+from bridge.grpcutil import add_port, aio_channel, channel_options
 from bridge.meta.client import MetaClient
 from bridge.proto import meta_pb2, pump_pb2, pump_pb2_grpc
 from bridge.startup import run_until_stopped
@@ -46,6 +54,52 @@ class AppendService(pump_pb2_grpc.PumpServicer):
         payloads = request.payloads
         await asyncio.get_running_loop().run_in_executor(self._writer, self._append, b"".join(payloads))
         return pump_pb2.WriteBinlogsResp(errmsgs=[""] * len(payloads))
+
+
+async def drive_batched(
+    addr: str,
+    payloads: Sequence[bytes],
+    *,
+    batch: int,
+    inflight: int,
+    seconds: float,
+    warmup: float,
+    meter: CpuMeter | None = None,
+) -> tuple[int, float]:
+    """Binlogs acknowledged and the seconds they took when ``inflight``
+    callers each send ``batch`` payloads per ``WriteBinlogs`` call to ``addr``
+    in a loop (counted after ``warmup`` seconds, for about ``seconds``);
+    ``meter`` runs over the counted part."""
+    channel = aio_channel(addr)
+    stub = pump_pb2_grpc.PumpStub(channel)  # type: ignore[no-untyped-call]
+    request = pump_pb2.WriteBinlogsReq(payloads=[payloads[i % len(payloads)] for i in range(batch)])
+    counted = [0]
+    measuring = [False]
+    loop = asyncio.get_running_loop()
+    end = loop.time() + warmup + seconds
+
+    async def caller() -> None:
+        while loop.time() < end:
+            response = await stub.WriteBinlogs(request, timeout=30)
+            if response.errmsg or any(response.errmsgs):
+                raise RuntimeError(f"the ceiling server refused a batch: {response.errmsg}")
+            if measuring[0]:
+                counted[0] += len(response.errmsgs)
+
+    try:
+        callers = asyncio.gather(*(caller() for _ in range(inflight)))
+        await asyncio.sleep(warmup)
+        measuring[0] = True
+        if meter is not None:
+            meter.start()
+        began = time.perf_counter()
+        await callers
+        elapsed = time.perf_counter() - began
+        if meter is not None:
+            meter.stop()
+        return counted[0], elapsed
+    finally:
+        await channel.close()
 
 
 async def heartbeat(meta: MetaClient, status: meta_pb2.NodeStatus, cluster_id: int) -> None:
