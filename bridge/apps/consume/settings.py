@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from bridge.errors import UserError
+from bridge.kafkaclient import check_security
 
 # consumer settings the reader decides; why, for the error message
 _READER_OWNS: Mapping[str, str] = {
@@ -73,7 +74,9 @@ def read_properties(path: str, option: str, environ: Mapping[str, str] | None = 
 
 def consumer_settings(path: str | None, environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """The ``--consumer-config`` file's librdkafka settings (empty without a file)."""
-    return _checked(path, "--consumer-config", _READER_OWNS, environ)
+    settings = _checked(path, "--consumer-config", _READER_OWNS, environ)
+    check_security(settings, f"--consumer-config {path}:", sep=" ")
+    return settings
 
 
 def registry_settings(path: str | None, environ: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from bridge.config import build
 from bridge.errors import ConfigError
-from bridge.kafkaclient import SettingValue
+from bridge.kafkaclient import SettingValue, check_security
 from drainer.sinks.kafka.topics import BROKER_DEFAULT_REPLICATION, check_template
 
 # The librdkafka settings the sink owns: the contract depends on them.
@@ -147,6 +147,7 @@ def load_config(config_table: Mapping[str, Any]) -> KafkaSinkConfig:
     for name in extra_producer:
         if name in _OWNED:
             raise ConfigError(f"sink.kafka.producer.{name}: set by the sink {_OWNED[name]}; remove it")
+    check_security(extra_producer, "sink.kafka.producer")
     return config
 
 
