@@ -146,7 +146,11 @@ def progress_line(progress: dict[str, Any], stats: BatchStats | None) -> str:
     )
     seconds = max(seconds, 1e-9)
     source = (progress.get("sources") or [{}])[0]
-    lag = offsets.behind(_offsets(source.get("endOffset")), _offsets(source.get("latestOffset")))
+    latest = _offsets(source.get("latestOffset"))
+    # A batch re-run from the checkpoint's offset log (planned by a run that died before it was
+    # committed) has no latestOffset in its report: Spark asked the source for none. Its lag is
+    # unknown, not 0 (a caller waiting for "0 offsets behind" must not stop on it).
+    lag = str(offsets.behind(_offsets(source.get("endOffset")), latest)) if latest else "unknown"
     line = (
         f"batch {batch}: {rows} rows in {seconds:.2f}s ({rows / seconds:,.0f} rows/s), {lag} offsets behind"
     )
