@@ -119,10 +119,34 @@ def without_ids(schema: row_pb2.TableSchema) -> row_pb2.TableSchema:
     """A copy with table and column ids cleared: what describing the live table gives."""
     copy = row_pb2.TableSchema()
     copy.CopyFrom(schema)
-    copy.table_id = copy.max_column_id = 0
+    copy.table_id = copy.max_column_id = copy.session_time_us = 0
     for column in copy.columns:
         column.id = 0
     return copy
+
+
+def definitions_stripped(schema: row_pb2.TableSchema) -> row_pb2.TableSchema:
+    """A copy without what binlogs carry since issue 19 (generated columns, expression defaults,
+    ON UPDATE, comments, partitioning, index prefixes): the shape older writers saved."""
+    copy = row_pb2.TableSchema()
+    copy.CopyFrom(schema)
+    copy.comment = copy.partitioning = ""
+    for column in copy.columns:
+        column.default_is_expression = False
+        column.generated = row_pb2.NOT_GENERATED
+        column.generation_expression = column.on_update = column.comment = ""
+    for index in copy.indexes:
+        del index.prefix_lengths[:]
+    return copy
+
+
+def matches_live(saved: row_pb2.TableSchema, live: row_pb2.TableSchema) -> bool:
+    """Whether the live table is still the one ``saved`` describes. A schema an older writer saved
+    (no session time) is compared without the definitions it did not record."""
+    mine = without_ids(saved)
+    if mine == live:
+        return True
+    return not saved.session_time_us and definitions_stripped(mine) == definitions_stripped(live)
 
 
 class Catalog:
@@ -168,7 +192,7 @@ class Catalog:
         blob = session.query(f"SELECT schema_pb FROM {self._t} WHERE table_id = {self._p}", [table_id])  # noqa: S608
         schema = row_pb2.TableSchema.FromString(bytes(blob[0][0]))
         live = self._upstream.describe_table(session, schema.table)
-        if live is None or without_ids(schema) != live:
+        if live is None or not matches_live(schema, live):
             raise SchemaDrift(
                 f"table {self._db}.{schema.table} differs from the schema its last DDL binlog carried "
                 f"(version {version}): a DDL ran outside the writer or its binlog was lost"

@@ -6,7 +6,10 @@ The flow, for one statement (:class:`DdlRunner.run`):
    *bookkeeping* transaction: lock the table's ``bridge_schema`` row
    exclusively (every DML on the table waits from here on);
 2. take start_ts (a CREATE claims it as the new table's id, unique across the
-   cluster's producers); execute the statement; describe the table it left and give
+   cluster's producers); on MySQL fix the session time (``SET timestamp``), so
+   ``CURRENT_TIMESTAMP``/``NOW()`` in defaults and expressions give the rows that
+   exist one known instant, recorded as the schema's ``session_time_us`` for
+   sinks to set the same; execute the statement; describe the table it left and give
    it ids (:func:`bridge.producer.catalog.assign_ids`: columns keep theirs,
    new ones take fresh ones);
 3. write the DDL Prewrite (``ddl_job_id`` = start_ts, ``ddl_schema_change``
@@ -18,22 +21,25 @@ The flow, for one statement (:class:`DdlRunner.run`):
 
 On SQLite the statement runs inside the bookkeeping transaction, so any
 failure rolls the DDL back too (a Rollback binlog follows a written
-Prewrite). MySQL commits a DDL implicitly, so it runs on a second connection
-and cannot be undone: if its Prewrite cannot be written the writer raises
-:class:`DdlNotLogged`, and DML on the table then stops with
+Prewrite). A DEFAULT or generated expression no downstream can reproduce
+(``RAND()``, ``UUID()``...) is refused before anything runs
+(:func:`bridge.producer.ddlparse.refuse_nondeterministic`). MySQL commits a
+DDL implicitly, so it runs on a second connection and cannot be undone: if
+its Prewrite cannot be written the writer raises :class:`DdlNotLogged`, and DML on the table then stops with
 :class:`SchemaDrift` until an operator reconciles upstream and downstream.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from bridge import binlog
 from bridge.errors import BridgeError
 from bridge.producer.catalog import Catalog, assign_ids
-from bridge.producer.ddlparse import DdlStatement, Kind, parse_ddl
+from bridge.producer.ddlparse import DdlStatement, Kind, parse_ddl, refuse_nondeterministic
 from bridge.producer.errors import (
     CommitFailed,
     DdlNotLogged,
@@ -44,7 +50,7 @@ from bridge.producer.errors import (
 )
 from bridge.producer.status import record_commit
 from bridge.producer.txnlog import BinlogSink, prewrite_key, send_second_phase
-from bridge.producer.upstream import Session, SessionPool, Upstream
+from bridge.producer.upstream import MYSQL, Session, SessionPool, Upstream
 from bridge.proto import row_pb2
 
 log = logging.getLogger(__name__)
@@ -66,6 +72,7 @@ class _Plan:
     table_id: int
     previous: row_pb2.TableSchema | None
     start_ts: int = 0
+    session_time_us: int = 0  # the upstream session time the DDL ran with (MySQL); 0 = not fixed
 
 
 class DdlRunner:
@@ -88,6 +95,8 @@ class DdlRunner:
     def run(self, sql: str) -> DdlResult | None:
         """Execute one DDL and emit its binlogs; None when IF [NOT] EXISTS made it a no-op."""
         statement = parse_ddl(sql, self._upstream.database)
+        if statement.kind in (Kind.CREATE_TABLE, Kind.ALTER_TABLE, Kind.RENAME_TABLE):
+            refuse_nondeterministic(sql)
         with self._pool.session() as book:
             if self._upstream.transactional_ddl:
                 return self._run(statement, sql, book, book)
@@ -105,7 +114,7 @@ class DdlRunner:
             if plan.statement.kind == Kind.CREATE_TABLE:
                 plan.table_id = plan.start_ts
                 self._catalog.reserve_id(book, plan.statement.table, plan.table_id)
-            executor.execute(sql)
+            self._execute(plan, executor)
             change = self._described(plan, executor)
             self._prewrite(plan, change, book)
             commit_ts = self._finish(plan, change, book)
@@ -115,6 +124,19 @@ class DdlRunner:
         send_second_phase(self._pumps, binlog.commit(plan.start_ts, commit_ts))
         log.info("DDL committed at %d: %s", commit_ts, " ".join(sql.split())[:200])
         return DdlResult(plan.start_ts, commit_ts, change)
+
+    def _execute(self, plan: _Plan, executor: Session) -> None:
+        """Run the statement; on MySQL at a fixed session time, put back to the clock afterwards."""
+        if self._upstream.dialect is not MYSQL:
+            executor.execute(plan.sql)
+            return
+        plan.session_time_us = time.time_ns() // 1000
+        seconds, micros = divmod(plan.session_time_us, 1_000_000)
+        executor.execute(f"SET timestamp = {seconds}.{micros:06d}")
+        try:
+            executor.execute(plan.sql)
+        finally:
+            executor.execute("SET timestamp = DEFAULT")
 
     def _plan(self, statement: DdlStatement, sql: str, book: Session) -> _Plan | None:
         """Lock the table (or reserve an id); None when the statement is a no-op."""
@@ -159,6 +181,7 @@ class DdlRunner:
             raise UpstreamError(f"table {statement.table!r} is missing after {plan.sql!r}")
         change.table = live.table  # the name as the database spells it
         change.table_schema.CopyFrom(assign_ids(live, plan.previous, plan.table_id, statement.renames))
+        change.table_schema.session_time_us = plan.session_time_us
         return change
 
     def _prewrite(self, plan: _Plan, change: row_pb2.SchemaChange, book: Session) -> None:

@@ -24,6 +24,13 @@ statement                                       kind            table
 are recorded so the column keeps its id. Anything else (databases, views,
 temporary tables, ``CREATE TABLE ... SELECT``, several tables at once) raises
 :class:`UnsupportedSchema`: the writer would not know what to put in the binlog.
+
+:func:`refuse_nondeterministic` refuses, before anything runs, a DEFAULT or
+generated-column expression whose value a downstream cannot reproduce
+(``RAND()``, ``UUID()``, ``UUID_SHORT()``, ``SYSDATE()``, the connection's
+user or id, sequences): the existing rows upstream would get values no
+binlog carries. ``CURRENT_TIMESTAMP``/``NOW()`` are reproducible: the writer
+fixes the DDL's session time and the binlog records it.
 """
 
 from __future__ import annotations
@@ -56,6 +63,45 @@ _TRUNCATE = re.compile(rf"^TRUNCATE\s+(?:TABLE\s+)?{_QNAME}{_END}", _FLAGS)
 _COLUMN_RENAME = re.compile(rf"\bRENAME\s+COLUMN\s+({_IDENT})\s+TO\s+({_IDENT})", _FLAGS)
 _COLUMN_CHANGE = re.compile(rf"\bCHANGE\s+(?:COLUMN\s+)?(?!COLUMN\b)({_IDENT})\s+({_IDENT})", _FLAGS)
 _LEADING_COMMENTS = re.compile(r"^(?:\s+|/\*.*?\*/|--[^\n]*(?:\n|$)|#[^\n]*(?:\n|$))*", re.DOTALL)
+
+
+_NONDETERMINISTIC = re.compile(
+    r"\b(RAND|UUID|UUID_SHORT|SYS_GUID|SYSDATE|CONNECTION_ID|CURRENT_USER|SESSION_USER|SYSTEM_USER|USER"
+    r"|CURRENT_ROLE|LAST_INSERT_ID|RANDOM_BYTES|NEXTVAL|LASTVAL|NEXT\s+VALUE\s+FOR)\b\s*(\(|(?<=CURRENT_USER)"
+    r"|(?<=CURRENT_ROLE)|(?<=FOR))",
+    re.IGNORECASE,
+)
+_EXPRESSION_START = re.compile(r"\b(?:DEFAULT|AS)\s*(?=\()|\bDEFAULT\s+(?=[A-Za-z_]\w*\s*\()", re.IGNORECASE)
+_QUOTED = re.compile(r"'(?:[^'\\]|''|\\.)*'|\"(?:[^\"\\]|\"\"|\\.)*\"|`(?:[^`]|``)*`", re.DOTALL)
+
+
+def _expressions(text: str) -> list[str]:
+    """The parenthesised expressions after DEFAULT / AS, and function-call defaults (``DEFAULT f(..)``)."""
+    found: list[str] = []
+    for start in _EXPRESSION_START.finditer(text):
+        depth, i = 0, start.end()
+        while i < len(text):
+            depth += {"(": 1, ")": -1}.get(text[i], 0)
+            i += 1
+            if depth == 0 and text[i - 1] == ")":
+                break
+        found.append(text[start.end() : i])
+    return found
+
+
+def refuse_nondeterministic(sql: str) -> None:
+    """Raise :class:`UnsupportedSchema` when a DEFAULT or generated-column expression of ``sql``
+    calls a function whose value a downstream cannot reproduce (see the module docstring)."""
+    text = _QUOTED.sub(lambda m: m.group(0)[0] * 2, _LEADING_COMMENTS.sub("", sql, count=1))
+    for expression in _expressions(text):
+        if m := _NONDETERMINISTIC.search(expression):
+            call = " ".join(m.group(1).upper().split())
+            raise UnsupportedSchema(
+                f"DDL refused before it ran: {call} in {' '.join(expression.split())[:120]!r} gives each "
+                "row a value no binlog carries, so a downstream cannot reproduce it; use a constant or "
+                "CURRENT_TIMESTAMP/NOW() (the writer fixes the DDL's session time), or fill the column "
+                "with an UPDATE in a transaction"
+            )
 
 
 @dataclass(frozen=True)

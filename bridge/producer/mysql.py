@@ -184,7 +184,7 @@ class MySQLUpstream:
         found = session.query(mysql_types.TABLE_SQL, [self.database, table])
         if not found:
             return None
-        name, collation, charset = found[0]
+        name, collation, charset, comment, options = found[0]
         json_names: set[str] = set()
         if self._mariadb:
             checks = session.query(mysql_types.MARIADB_JSON_SQL, [self.database, name])
@@ -195,6 +195,10 @@ class MySQLUpstream:
             for row in session.query(mysql_types.COLUMNS_SQL, [self.database, name])
         ]
         indexes = mysql_types.indexes_from_info(session.query(mysql_types.INDEXES_SQL, [self.database, name]))
+        partitioning = ""
+        if "partitioned" in str(options or "").lower():
+            shown = session.query(f"SHOW CREATE TABLE {MYSQL.quote(self.database)}.{MYSQL.quote(name)}")
+            partitioning = mysql_types.partition_clause(str(shown[0][1]))
         return row_pb2.TableSchema(
             db=self.database,
             table=name,
@@ -202,6 +206,8 @@ class MySQLUpstream:
             indexes=indexes,
             charset=charset or "",
             collation=collation or "",
+            comment=str(comment or ""),
+            partitioning=partitioning,
         )
 
     def adapters(self, schema: row_pb2.TableSchema) -> tuple[ColumnAdapter, ...]:

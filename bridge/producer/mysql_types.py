@@ -27,6 +27,13 @@ enum set                           ENUM, SET        str (SET: members joined by 
 
 Anything else (spatial types, ``vector``, ...) raises :class:`UnsupportedSchema`
 naming the column.
+
+Besides the type, a column carries what computes its values: a generated
+column's kind and ``GENERATION_EXPRESSION`` (``EXTRA`` says ``VIRTUAL`` or
+``STORED GENERATED``), its DEFAULT with whether it is an expression
+(``(`a` + 1000)``, ``current_timestamp(6)``: anything but a constant literal),
+``ON UPDATE`` (from ``EXTRA``) and its comment; an index carries its prefix
+lengths (``STATISTICS.SUB_PART``).
 """
 
 from __future__ import annotations
@@ -46,15 +53,17 @@ T = row_pb2.ColumnType
 
 COLUMNS_SQL = (
     "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, COLUMN_DEFAULT, IS_NULLABLE, CHARACTER_MAXIMUM_LENGTH, "
-    "NUMERIC_PRECISION, NUMERIC_SCALE, DATETIME_PRECISION, CHARACTER_SET_NAME, COLLATION_NAME, EXTRA "
+    "NUMERIC_PRECISION, NUMERIC_SCALE, DATETIME_PRECISION, CHARACTER_SET_NAME, COLLATION_NAME, EXTRA, "
+    "GENERATION_EXPRESSION, COLUMN_COMMENT "
     "FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION"
 )
 INDEXES_SQL = (
-    "SELECT INDEX_NAME, NON_UNIQUE, COLUMN_NAME FROM information_schema.STATISTICS "
+    "SELECT INDEX_NAME, NON_UNIQUE, COLUMN_NAME, SUB_PART FROM information_schema.STATISTICS "
     "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY INDEX_NAME <> 'PRIMARY', INDEX_NAME, SEQ_IN_INDEX"
 )
 TABLE_SQL = (
-    "SELECT t.TABLE_NAME, t.TABLE_COLLATION, c.CHARACTER_SET_NAME FROM information_schema.TABLES t "
+    "SELECT t.TABLE_NAME, t.TABLE_COLLATION, c.CHARACTER_SET_NAME, t.TABLE_COMMENT, t.CREATE_OPTIONS "
+    "FROM information_schema.TABLES t "
     "LEFT JOIN information_schema.COLLATIONS c ON c.COLLATION_NAME = t.TABLE_COLLATION "
     "WHERE t.TABLE_SCHEMA = %s AND t.TABLE_NAME = %s"
 )
@@ -99,6 +108,13 @@ _SIMPLE = {
 }
 _JSON_CHECK = re.compile(r"json_valid\(`((?:[^`]|``)+)`\)", re.IGNORECASE)
 _MEMBER = re.compile(r"'((?:[^'\\]|''|\\.)*)'")
+_GENERATED = re.compile(r"\b(virtual|stored|persistent)\s+generated\b", re.IGNORECASE)
+_ON_UPDATE = re.compile(r"\bon update (\S+)", re.IGNORECASE)
+_PARTITION = re.compile(r"\bPARTITION BY\b.*", re.IGNORECASE | re.DOTALL)
+_LITERAL = re.compile(
+    r"^(?:[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?|'(?:[^'\\]|''|\\.)*'|b'[01]*'|x'[0-9a-f]*'|0x[0-9a-f]+)$",
+    re.IGNORECASE | re.DOTALL,
+)
 
 
 def parse_members(column_type: str) -> list[str]:
@@ -130,11 +146,13 @@ class ColumnInfo(NamedTuple):
     charset: Any
     collation: Any
     extra: str
+    generation: Any = None
+    comment: Any = ""
 
 
 def column_from_info(row: Sequence[Any], table: str, json_names: set[str], mariadb: bool) -> row_pb2.Column:
     """One ``Column`` from a COLUMNS_SQL row (ids left 0)."""
-    info = ColumnInfo._make(row)
+    info = ColumnInfo(*row)
     kind = _SIMPLE.get(str(info.data_type).lower())
     if kind is None:
         raise UnsupportedSchema(
@@ -153,10 +171,31 @@ def column_from_info(row: Sequence[Any], table: str, json_names: set[str], maria
         auto_increment="auto_increment" in str(info.extra).lower(),
     )
     _set_sizes(column, info)
-    sql_default = _default_text(info.default, column, str(info.extra), mariadb)
-    if sql_default is not None:
-        column.default_value = sql_default
+    _set_definition(column, info, mariadb)
     return column
+
+
+def _set_definition(column: row_pb2.Column, info: ColumnInfo, mariadb: bool) -> None:
+    """What computes the column's values: default (literal or expression), generation, ON UPDATE,
+    and its comment."""
+    extra = str(info.extra or "")
+    generated = _GENERATED.search(extra)
+    if generated and info.generation:
+        column.generated = row_pb2.VIRTUAL if generated.group(1).lower() == "virtual" else row_pb2.STORED
+        column.generation_expression = str(info.generation)
+    elif (sql_default := _default_text(info.default, column, extra, mariadb)) is not None:
+        column.default_value = sql_default
+        column.default_is_expression = is_expression(sql_default)
+    if on_update := _ON_UPDATE.search(extra):
+        column.on_update = on_update.group(1)
+    if info.comment:
+        column.comment = str(info.comment)
+
+
+def is_expression(default: str) -> bool:
+    """Whether a DEFAULT's SQL text is an expression rather than a constant literal."""
+    text = default.strip()
+    return not (text.upper() == "NULL" or _LITERAL.match(text))
 
 
 def _set_sizes(column: row_pb2.Column, info: ColumnInfo) -> None:
@@ -185,16 +224,31 @@ def _default_text(default: Any, column: row_pb2.Column, extra: str, mariadb: boo
     return "'" + str(default).replace("\\", "\\\\").replace("'", "''") + "'"
 
 
+def partition_clause(create_table: str) -> str:
+    """The ``PARTITION BY ...`` clause of a SHOW CREATE TABLE text ("" when it has none)."""
+    found = _PARTITION.search(create_table)
+    if found is None:
+        return ""
+    clause = found.group(0).strip()
+    if clause.endswith("*/"):  # MySQL wraps it in /*!50100 ... */
+        clause = clause[:-2].rstrip()
+    return re.sub(r"\s*\n\s*", " ", clause)
+
+
 def indexes_from_info(rows: Sequence[Sequence[Any]]) -> list[row_pb2.Index]:
     """Indexes from INDEXES_SQL rows (already grouped and ordered)."""
     indexes: dict[str, row_pb2.Index] = {}
-    for name, non_unique, column in rows:
+    for name, non_unique, column, *sub_part in rows:
         index = indexes.get(name)
         if index is None:
             index = indexes[name] = row_pb2.Index(
                 name=name, primary=name == "PRIMARY", unique=not int(non_unique)
             )
         index.columns.append(column)
+        index.prefix_lengths.append(int(sub_part[0] or 0) if sub_part else 0)
+    for index in indexes.values():
+        if not any(index.prefix_lengths):
+            del index.prefix_lengths[:]  # whole columns: as older binlogs carry them
     return list(indexes.values())
 
 

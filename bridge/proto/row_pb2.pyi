@@ -33,6 +33,12 @@ class ColumnType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     JSON: _ClassVar[ColumnType]
     ENUM: _ClassVar[ColumnType]
     SET: _ClassVar[ColumnType]
+
+class Generated(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    NOT_GENERATED: _ClassVar[Generated]
+    VIRTUAL: _ClassVar[Generated]
+    STORED: _ClassVar[Generated]
 COLUMN_TYPE_UNSPECIFIED: ColumnType
 TINYINT: ColumnType
 SMALLINT: ColumnType
@@ -57,6 +63,9 @@ BLOB: ColumnType
 JSON: ColumnType
 ENUM: ColumnType
 SET: ColumnType
+NOT_GENERATED: Generated
+VIRTUAL: Generated
+STORED: Generated
 
 class DateTime(_message.Message):
     __slots__ = ("year", "month", "day", "hour", "minute", "second", "microsecond")
@@ -109,7 +118,7 @@ class Row(_message.Message):
     def __init__(self, column_ids: _Optional[_Iterable[int]] = ..., values: _Optional[_Iterable[_Union[Datum, _Mapping]]] = ...) -> None: ...
 
 class Column(_message.Message):
-    __slots__ = ("id", "name", "type", "unsigned", "nullable", "length", "precision", "scale", "fsp", "elems", "charset", "collation", "sql_type", "default_value", "auto_increment")
+    __slots__ = ("id", "name", "type", "unsigned", "nullable", "length", "precision", "scale", "fsp", "elems", "charset", "collation", "sql_type", "default_value", "auto_increment", "default_is_expression", "generated", "generation_expression", "on_update", "comment")
     ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
@@ -125,6 +134,11 @@ class Column(_message.Message):
     SQL_TYPE_FIELD_NUMBER: _ClassVar[int]
     DEFAULT_VALUE_FIELD_NUMBER: _ClassVar[int]
     AUTO_INCREMENT_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_IS_EXPRESSION_FIELD_NUMBER: _ClassVar[int]
+    GENERATED_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_EXPRESSION_FIELD_NUMBER: _ClassVar[int]
+    ON_UPDATE_FIELD_NUMBER: _ClassVar[int]
+    COMMENT_FIELD_NUMBER: _ClassVar[int]
     id: int
     name: str
     type: ColumnType
@@ -140,22 +154,29 @@ class Column(_message.Message):
     sql_type: str
     default_value: str
     auto_increment: bool
-    def __init__(self, id: _Optional[int] = ..., name: _Optional[str] = ..., type: _Optional[_Union[ColumnType, str]] = ..., unsigned: _Optional[bool] = ..., nullable: _Optional[bool] = ..., length: _Optional[int] = ..., precision: _Optional[int] = ..., scale: _Optional[int] = ..., fsp: _Optional[int] = ..., elems: _Optional[_Iterable[str]] = ..., charset: _Optional[str] = ..., collation: _Optional[str] = ..., sql_type: _Optional[str] = ..., default_value: _Optional[str] = ..., auto_increment: _Optional[bool] = ...) -> None: ...
+    default_is_expression: bool
+    generated: Generated
+    generation_expression: str
+    on_update: str
+    comment: str
+    def __init__(self, id: _Optional[int] = ..., name: _Optional[str] = ..., type: _Optional[_Union[ColumnType, str]] = ..., unsigned: _Optional[bool] = ..., nullable: _Optional[bool] = ..., length: _Optional[int] = ..., precision: _Optional[int] = ..., scale: _Optional[int] = ..., fsp: _Optional[int] = ..., elems: _Optional[_Iterable[str]] = ..., charset: _Optional[str] = ..., collation: _Optional[str] = ..., sql_type: _Optional[str] = ..., default_value: _Optional[str] = ..., auto_increment: _Optional[bool] = ..., default_is_expression: _Optional[bool] = ..., generated: _Optional[_Union[Generated, str]] = ..., generation_expression: _Optional[str] = ..., on_update: _Optional[str] = ..., comment: _Optional[str] = ...) -> None: ...
 
 class Index(_message.Message):
-    __slots__ = ("name", "primary", "unique", "columns")
+    __slots__ = ("name", "primary", "unique", "columns", "prefix_lengths")
     NAME_FIELD_NUMBER: _ClassVar[int]
     PRIMARY_FIELD_NUMBER: _ClassVar[int]
     UNIQUE_FIELD_NUMBER: _ClassVar[int]
     COLUMNS_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_LENGTHS_FIELD_NUMBER: _ClassVar[int]
     name: str
     primary: bool
     unique: bool
     columns: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, name: _Optional[str] = ..., primary: _Optional[bool] = ..., unique: _Optional[bool] = ..., columns: _Optional[_Iterable[str]] = ...) -> None: ...
+    prefix_lengths: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, name: _Optional[str] = ..., primary: _Optional[bool] = ..., unique: _Optional[bool] = ..., columns: _Optional[_Iterable[str]] = ..., prefix_lengths: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class TableSchema(_message.Message):
-    __slots__ = ("table_id", "db", "table", "columns", "indexes", "charset", "collation", "max_column_id")
+    __slots__ = ("table_id", "db", "table", "columns", "indexes", "charset", "collation", "max_column_id", "comment", "partitioning", "session_time_us")
     TABLE_ID_FIELD_NUMBER: _ClassVar[int]
     DB_FIELD_NUMBER: _ClassVar[int]
     TABLE_FIELD_NUMBER: _ClassVar[int]
@@ -164,6 +185,9 @@ class TableSchema(_message.Message):
     CHARSET_FIELD_NUMBER: _ClassVar[int]
     COLLATION_FIELD_NUMBER: _ClassVar[int]
     MAX_COLUMN_ID_FIELD_NUMBER: _ClassVar[int]
+    COMMENT_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONING_FIELD_NUMBER: _ClassVar[int]
+    SESSION_TIME_US_FIELD_NUMBER: _ClassVar[int]
     table_id: int
     db: str
     table: str
@@ -172,7 +196,10 @@ class TableSchema(_message.Message):
     charset: str
     collation: str
     max_column_id: int
-    def __init__(self, table_id: _Optional[int] = ..., db: _Optional[str] = ..., table: _Optional[str] = ..., columns: _Optional[_Iterable[_Union[Column, _Mapping]]] = ..., indexes: _Optional[_Iterable[_Union[Index, _Mapping]]] = ..., charset: _Optional[str] = ..., collation: _Optional[str] = ..., max_column_id: _Optional[int] = ...) -> None: ...
+    comment: str
+    partitioning: str
+    session_time_us: int
+    def __init__(self, table_id: _Optional[int] = ..., db: _Optional[str] = ..., table: _Optional[str] = ..., columns: _Optional[_Iterable[_Union[Column, _Mapping]]] = ..., indexes: _Optional[_Iterable[_Union[Index, _Mapping]]] = ..., charset: _Optional[str] = ..., collation: _Optional[str] = ..., max_column_id: _Optional[int] = ..., comment: _Optional[str] = ..., partitioning: _Optional[str] = ..., session_time_us: _Optional[int] = ...) -> None: ...
 
 class SchemaChange(_message.Message):
     __slots__ = ("kind", "db", "table", "table_schema", "old_db", "old_table")

@@ -125,7 +125,7 @@ def test_types_defaults_and_what_is_left_out() -> None:
     now = row_pb2.Column(name="t", type=T.TIMESTAMP, fsp=3, default_value="current_timestamp(3)")
     assert default_clause(now) == " DEFAULT CURRENT_TIMESTAMP(3)"
     assert default_clause(row_pb2.Column(name="x", type=T.INT, default_value="(1 + 1)")) == ""
-    assert default_clause(row_pb2.Column(name="x", type=T.TEXT, default_value="'a'")) == ""
+    assert default_clause(row_pb2.Column(name="x", type=T.TEXT, default_value="'a'")) == " DEFAULT ('a')"
     assert (
         default_clause(row_pb2.Column(name="x", type=T.INT, nullable=True, default_value="NULL"))
         == " DEFAULT NULL"

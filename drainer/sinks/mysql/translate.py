@@ -15,6 +15,9 @@ statement *shape* in messages is the placeholder form of
 :class:`Tables` keeps one :class:`TableWriter` (and causality key plan) per
 schema object the events carry: a DDL gives later events a new schema object,
 so a schema change is a new entry, never a stale one.
+
+Generated columns are left out of every column list and VALUES row and of
+UPDATE's SET (the server computes them); WHERE clauses still read them.
 """
 
 from __future__ import annotations
@@ -149,14 +152,24 @@ class TableWriter:
         # The TableSQL texts double '%' for pymysql's formatting; these run unformatted.
         self.ref = sql.ref % ()
         self.columns = tuple(c % () for c in sql.columns)
-        column_list = ", ".join(self.columns)
+        # what INSERT/REPLACE/UPDATE write: every column but the generated ones
+        self.written = sql.written if sql.written is not None else tuple(range(len(self.columns)))
+        self._all_written = sql.written is None
+        column_list = ", ".join(self.columns[i] for i in self.written)
         # Quoted identifiers and literals built by this module only:
         self.insert_prefix = f"INSERT INTO {self.ref} ({column_list}) VALUES "  # noqa: S608
         self.replace_prefix = f"REPLACE INTO {self.ref} ({column_list}) VALUES "  # noqa: S608
         self.delete_prefix = f"DELETE FROM {self.ref} WHERE "  # noqa: S608
 
     def row(self, values: Sequence[object]) -> str:
-        """``(v1, v2, ...)`` for a VALUES list."""
+        """``(v1, v2, ...)`` for a VALUES list (generated columns left out)."""
+        if not self._all_written:
+            literals = self.literals
+            return (
+                "("
+                + ", ".join(["NULL" if values[i] is None else literals[i](values[i]) for i in self.written])
+                + ")"
+            )
         return (
             "("
             + ", ".join(["NULL" if v is None else f(v) for f, v in zip(self.literals, values)])  # noqa: B905
@@ -164,10 +177,11 @@ class TableWriter:
         )
 
     def assignments(self, values: Sequence[object]) -> str:
+        columns, literals = self.columns, self.literals
         return ", ".join(
             [
-                f"{c} = {'NULL' if v is None else f(v)}"
-                for c, f, v in zip(self.columns, self.literals, values, strict=True)
+                f"{columns[i]} = {'NULL' if values[i] is None else literals[i](values[i])}"
+                for i in self.written
             ]
         )
 

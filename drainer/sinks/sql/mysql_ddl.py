@@ -39,9 +39,20 @@ unbounded column without a prefix). Indexed TEXT/BLOB columns of MySQL
 upstreams are indexed by a 255-character prefix (the binlog does not carry
 prefix lengths).
 
-Identifiers are backtick-quoted; ENUM/SET members and DEFAULT literals are
-SQL string literals built here, and a DEFAULT that is not a plain literal or
-``CURRENT_TIMESTAMP`` is left out (the sink writes every column explicitly).
+Identifiers are backtick-quoted; ENUM/SET members, DEFAULT literals and
+comments are SQL string literals built here.
+
+Full definitions (binlogs written since issue 19 carry them): a generated
+column is created ``GENERATED ALWAYS AS (expr) VIRTUAL|STORED`` (the row DML
+never writes it); an expression DEFAULT (``default_is_expression``) is
+``DEFAULT (expr)``; ``ON UPDATE CURRENT_TIMESTAMP``, column and table
+comments and the table's partitioning are recreated; an index uses the
+prefix lengths it carries. Expressions are the upstream's own text. When the
+schema records the DDL's session time (``session_time_us``), the statements
+run between ``SET timestamp = <that time>`` and ``SET timestamp = DEFAULT``,
+so CURRENT_TIMESTAMP/NOW() give existing rows the value they got upstream.
+A DEFAULT of an older binlog that is neither a literal nor
+``CURRENT_TIMESTAMP`` is left out with a warning, as before.
 """
 
 from __future__ import annotations
@@ -185,13 +196,35 @@ def derived_type(column: row_pb2.Column, indexed: bool = False) -> str:
     raise ValueError(f"column {column.name!r}: type {T.Name(kind)} has no MySQL form")
 
 
+def expression(text: str) -> str:
+    """``text`` in one pair of parentheses (as DEFAULT (...) and AS (...) take it)."""
+    text = text.strip()
+    if text.startswith("(") and text.endswith(")") and _balanced(text[1:-1]):
+        return text
+    return f"({text})"
+
+
+def _balanced(text: str) -> bool:
+    depth = 0
+    for char in text:
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth < 0:
+            return False
+    return depth == 0
+
+
 def default_clause(column: row_pb2.Column) -> str:
-    """`` DEFAULT ...`` when the column's default is a literal MySQL can take as written, else ``""``."""
-    if not column.HasField("default_value"):
+    """`` DEFAULT ...``: a literal as written, CURRENT_TIMESTAMP, an expression the binlog marks as
+    one in parentheses; ``""`` for none (or an unmarked default that is none of these)."""
+    if not column.HasField("default_value") or column.generated:
         return ""
     text = column.default_value.strip()
+    if column.default_is_expression and not (_NOW.match(text) and column.type in (T.TIMESTAMP, T.DATETIME)):
+        return f" DEFAULT {expression(text)}"
     if column.type in _UNBOUNDED and text.upper() != "NULL":
-        return ""  # TEXT/BLOB/JSON defaults need MariaDB 10.2+/MySQL 8.0.13 expressions: leave out
+        if column.default_is_expression or _STRING_LITERAL.match(text):
+            return f" DEFAULT ({text})"  # TEXT/BLOB/JSON take defaults as expressions only
+        return ""
     if text.upper() == "NULL":
         return " DEFAULT NULL" if column.nullable else ""
     if _NOW.match(text):
@@ -229,20 +262,29 @@ class MySQLDDL:
                 text += f" CHARACTER SET {column.charset}"
             if column.collation and _NAME.match(column.collation):
                 text += f" COLLATE {column.collation}"
-        text += " NULL" if column.nullable else " NOT NULL"
-        text += default_clause(column)
+        if column.generated:
+            kind = "STORED" if column.generated == row_pb2.STORED else "VIRTUAL"
+            text += f" GENERATED ALWAYS AS {expression(column.generation_expression)} {kind}"
+        else:
+            text += " NULL" if column.nullable else " NOT NULL"
+            text += default_clause(column)
+        if column.on_update and _NOW.match(column.on_update.strip()):
+            text += f" ON UPDATE {column.on_update.strip()}"
         if column.auto_increment and indexed:
             text += " AUTO_INCREMENT"
+        if column.comment:
+            text += f" COMMENT {string_literal(column.comment)}"
         return text
 
     def index_def(self, index: row_pb2.Index, schema: row_pb2.TableSchema) -> str:
         by_name = {c.name.lower(): c for c in schema.columns}
         mysql_origin = from_mysql(schema)
         parts = []
-        for name in index.columns:
+        lengths = list(index.prefix_lengths) + [0] * (len(index.columns) - len(index.prefix_lengths))
+        for name, length in zip(index.columns, lengths, strict=True):
             column = by_name.get(name.lower())
-            prefix = ""
-            if column is not None and mysql_origin and column.type in (T.TEXT, T.BLOB):
+            prefix = f"({length})" if length > 0 else ""
+            if not prefix and column is not None and mysql_origin and column.type in (T.TEXT, T.BLOB):
                 prefix = f"({INDEX_PREFIX})"
             parts.append(quote(column.name if column is not None else name) + prefix)
         columns = ", ".join(parts)
@@ -263,11 +305,25 @@ class MySQLDDL:
                 options += f" COLLATE={schema.collation}"
         else:
             options = " DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"
+        if schema.comment:
+            options += f" COMMENT={string_literal(schema.comment)}"
+        if schema.partitioning:
+            options += f" {schema.partitioning}"
         ref = table_ref(schema.db, schema.table)
         return f"CREATE TABLE IF NOT EXISTS {ref} (\n  " + ",\n  ".join(parts) + f"\n){options}"
 
     def plan(self, change: row_pb2.SchemaChange, old: row_pb2.TableSchema | None) -> list[str]:
-        """The statements of ``change``; ``old`` is the table's schema before it (ALTER needs it)."""
+        """The statements of ``change``; ``old`` is the table's schema before it (ALTER needs it).
+
+        At the DDL's session time when the schema records one (see the module docstring)."""
+        statements = self._statements(change, old)
+        moment = change.table_schema.session_time_us if change.HasField("table_schema") else 0
+        if not statements or moment <= 0:
+            return statements
+        seconds, micros = divmod(moment, 1_000_000)
+        return [f"SET timestamp = {seconds}.{micros:06d}", *statements, "SET timestamp = DEFAULT"]
+
+    def _statements(self, change: row_pb2.SchemaChange, old: row_pb2.TableSchema | None) -> list[str]:
         kind = change.kind
         if kind == Change.CREATE_DATABASE:
             return [f"CREATE DATABASE IF NOT EXISTS {quote(change.db)}"]
@@ -295,8 +351,15 @@ class MySQLDDL:
                 raise ValueError(
                     f"ALTER TABLE {change.db}.{change.table}: the table's previous schema is unknown"
                 )
-            clauses = self.alter_clauses(old, change.table_schema)
-            return [f"ALTER TABLE {ref} " + ", ".join(clauses)] if clauses else []
+            new = change.table_schema
+            clauses = self.alter_clauses(old, new)
+            statements = [f"ALTER TABLE {ref} " + ", ".join(clauses)] if clauses else []
+            if old.partitioning != new.partitioning:
+                if new.partitioning:
+                    statements.append(f"ALTER TABLE {ref} {new.partitioning}")
+                else:
+                    statements.insert(0, f"ALTER TABLE {ref} REMOVE PARTITIONING")
+            return statements
         raise ValueError(f"schema change kind {Change.Kind.Name(kind)} is not supported")
 
     def alter_clauses(self, old: row_pb2.TableSchema, new: row_pb2.TableSchema) -> list[str]:
@@ -339,6 +402,8 @@ class MySQLDDL:
                     definition = self.index_def(index, new)
                     head, _, rest = definition.partition("KEY ")
                     clauses.append(f"ADD {head}KEY{not_exists} {rest}")
+        if old.comment != new.comment:
+            clauses.append(f"COMMENT = {string_literal(new.comment)}")
         return clauses
 
 
@@ -353,4 +418,5 @@ def _index_identity(index: row_pb2.Index, schema: row_pb2.TableSchema) -> tuple[
     ids = {c.name.lower(): c.id for c in schema.columns}
     columns: Sequence[object] = tuple(ids.get(n.lower(), n.lower()) for n in index.columns)
     name = "" if index.primary else index.name.lower()
-    return (index.primary, index.unique, name, *columns)
+    prefixes = tuple(length for length in index.prefix_lengths if length > 0)
+    return (index.primary, index.unique, name, *columns, prefixes and tuple(index.prefix_lengths))

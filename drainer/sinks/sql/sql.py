@@ -9,6 +9,9 @@
   with neither is matched on the whole old row with NULL-safe comparisons and
   changed at most one row at a time (the dialect's ``update_one`` /
   ``delete_one``), since two identical rows are interchangeable;
+- generated columns (``Column.generated``) are never written: INSERT, REPLACE
+  and UPDATE list the other columns only (the database computes them); a
+  keyless table's rows are still matched on them too;
 - identifiers are always quoted by the dialect, values are always parameters
   converted by the dialect's per-column converters; the SQL text of a table's
   statements is built once per schema version and reused, so a sink can
@@ -49,6 +52,7 @@ class TableSQL:
     update: str  # SET every column WHERE key (or whole row, at most one)
     delete: str  # WHERE key (or whole row, at most one)
     converters: tuple[tuple[int, Converter], ...]
+    written: tuple[int, ...] | None = None  # positions INSERT/UPDATE write; None = every column
 
     @property
     def keyed(self) -> bool:
@@ -65,6 +69,11 @@ class TableSQL:
                 out[i] = convert(value)
         return tuple(out)
 
+    def written_row(self, values: Sequence[object]) -> tuple[object, ...]:
+        """:meth:`row` without the generated columns: the parameters of INSERT/REPLACE/UPDATE SET."""
+        row = self.row(values)
+        return row if self.written is None else tuple(row[i] for i in self.written)
+
     def key(self, values: Sequence[object]) -> tuple[object, ...]:
         """The WHERE parameters that find the row ``values`` (converted): key or whole row."""
         row = self.row(values)
@@ -74,24 +83,26 @@ class TableSQL:
         """The statements applying ``change``, in order (two for a safe-mode keyed UPDATE)."""
         if change.kind == "insert":
             assert change.after is not None
-            return [(self.replace if safe else self.insert, self.row(change.after))]
+            return [(self.replace if safe else self.insert, self.written_row(change.after))]
         if change.kind == "delete":
             assert change.before is not None
             return [(self.delete, self.key(change.before))]
         assert change.before is not None and change.after is not None
         if safe and self.key_positions:
-            return [(self.delete, self.key(change.before)), (self.replace, self.row(change.after))]
-        return [(self.update, self.row(change.after) + self.key(change.before))]
+            return [(self.delete, self.key(change.before)), (self.replace, self.written_row(change.after))]
+        return [(self.update, self.written_row(change.after) + self.key(change.before))]
 
 
 def build_table_sql(dialect: Dialect, schema: row_pb2.TableSchema) -> TableSQL:
     """Precompute every statement text of ``schema``'s table in ``dialect``."""
     ref = dialect.table_ref(schema.db, schema.table)
     columns = tuple(dialect.quote(c.name) for c in schema.columns)
+    written = written_positions(schema)
+    targets = columns if written is None else tuple(columns[i] for i in written)
     ph = dialect.placeholder
-    values = ", ".join([ph] * len(columns))
-    column_list = ", ".join(columns)
-    assignments = ", ".join(f"{c} = {ph}" for c in columns)
+    values = ", ".join([ph] * len(targets))
+    column_list = ", ".join(targets)
+    assignments = ", ".join(f"{c} = {ph}" for c in targets)
     keys = key_positions(schema)
     # Identifiers are quoted by the dialect and values are placeholders, so
     # these f-strings assemble SQL from safe parts only.
@@ -118,7 +129,15 @@ def build_table_sql(dialect: Dialect, schema: row_pb2.TableSchema) -> TableSQL:
         update=update,
         delete=delete,
         converters=converters,
+        written=written,
     )
+
+
+def written_positions(schema: row_pb2.TableSchema) -> tuple[int, ...] | None:
+    """Positions of the columns row DML writes (all but generated ones); None when that is every one."""
+    if not any(c.generated for c in schema.columns):
+        return None
+    return tuple(i for i, c in enumerate(schema.columns) if not c.generated)
 
 
 class Translator:

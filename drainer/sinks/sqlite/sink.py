@@ -98,7 +98,7 @@ class SQLiteSink(Sink):
         self.config = build(SQLiteSinkConfig, config_table, prefix="sink.sqlite.")
         self.directory = Path(self.config.path) if self.config.path else Path(data_dir) / "sqlite"
         self._translator = Translator(SQLiteDialect())
-        self._ddl = SQLiteDDL()
+        self._ddl = SQLiteDDL(has_rows=self._has_rows)
         self._store: SQLiteStore | None = None
         self._applied = 0
         self._committed = 0
@@ -150,6 +150,9 @@ class SQLiteSink(Sink):
                 self._applied = current
             self.store.save_checkpoint(self._applied)
             conn.execute("RELEASE bridge_write")
+        except SinkApplyError:  # a change SQLite cannot express (sqlite_ddl.Unexpressible)
+            self._undo(restore)
+            raise
         except _Failure as failure:
             self._undo(restore)
             raise translate_error(failure.cause, current, failure.table, failure.statement) from failure.cause
@@ -222,6 +225,10 @@ class SQLiteSink(Sink):
             self.store.save_schema(change.table_schema)
         log.info("sqlite sink: DDL at commit_ts %d applied: %s", event.commit_ts, event.query[:200])
         return restore
+
+    def _has_rows(self, db: str, table: str) -> bool:
+        ref = self._translator.dialect.table_ref(db, table)
+        return self.store.conn.execute(f"SELECT 1 FROM {ref} LIMIT 1").fetchone() is not None  # noqa: S608
 
     def _database_ddl(self, event: DDLEvent) -> int:
         db = event.change.db
