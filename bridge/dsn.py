@@ -23,13 +23,20 @@ TLS, named as the MySQL clients name it (:meth:`Dsn.pymysql_tls` turns it
 into pymysql arguments):
 
 =======================================  ==========================================
-``ssl-mode=preferred`` (the default)     TLS when the server offers it, else plaintext
+``ssl-mode=preferred``                   TLS when the server offers it, else plaintext;
+                                         the default when the DSN names no TLS file
 ``ssl-mode=disabled``                    plaintext; no TLS set-up cost per connection
 ``ssl-mode=required``                    TLS or no connection; the certificate is not checked
 ``ssl-mode=verify-ca``                   ... and the server certificate must chain to ``ssl-ca``
-``ssl-mode=verify-identity``             ... and name the host connected to
+``ssl-mode=verify-identity``             ... and name the host connected to; the
+                                         default when the DSN names ``ssl-ca`` or ``ssl-cert``
 ``ssl-ca``, ``ssl-cert``, ``ssl-key``    PEM files: the CA, the client certificate, its key
 =======================================  ==========================================
+
+So a DSN that turns TLS on by naming its files verifies the server fully unless
+it asks for less (MySQL's own client would assume ``verify-ca``; a bridge
+connection that names a CA is meant to stop a man in the middle, which needs
+the host name checked too).
 
 Refused when parsing: an unknown mode; a TLS file with ``disabled``;
 ``ssl-ca`` with a mode that does not verify (it would be ignored);
@@ -132,8 +139,9 @@ class Dsn:
 
     @property
     def ssl_mode(self) -> str:
-        """One of :data:`SSL_MODES`; ``preferred`` when the DSN names none."""
-        return _normal_ssl_mode(self.param("ssl-mode", "preferred"))
+        """One of :data:`SSL_MODES`; when the DSN names none, ``verify-identity`` if it
+        names a TLS file, else ``preferred``."""
+        return _ssl_mode(dict(self.params))
 
     def pymysql_tls(self) -> dict[str, Any]:
         """Keyword arguments for ``pymysql.connect`` that give this DSN's TLS mode.
@@ -298,14 +306,15 @@ def _parse_mysql(text: str, key: str) -> Dsn:
 
 def _check_tls(params: dict[str, str], key: str) -> None:
     """Refuse TLS parameters that contradict each other or would be ignored."""
-    mode = _normal_ssl_mode(params.get("ssl-mode", "preferred"))
+    mode = _ssl_mode(params)
     if mode not in SSL_MODES:
         raise ConfigError(f"{key}: ssl-mode must be one of {', '.join(SSL_MODES)}")
     files = [name for name in _SSL_FILES if name in params]
     if mode == "disabled" and files:
         raise ConfigError(f"{key}: {files[0]} is given but ssl-mode=disabled turns TLS off")
     if mode.startswith("verify-") and not params.get("ssl-ca"):
-        raise ConfigError(f"{key}: ssl-mode={mode} needs ssl-ca (the CA certificate file)")
+        implied = "" if "ssl-mode" in params else " (the default with ssl-cert)"
+        raise ConfigError(f"{key}: ssl-mode={mode}{implied} needs ssl-ca (the CA certificate file)")
     if "ssl-ca" in params and not mode.startswith("verify-"):
         raise ConfigError(f"{key}: ssl-ca is used only by ssl-mode=verify-ca or verify-identity")
     if "ssl-cert" in params and mode == "preferred":
@@ -315,6 +324,13 @@ def _check_tls(params: dict[str, str], key: str) -> None:
     for name in files:
         if not os.path.isfile(params[name]):
             raise ConfigError(f"{key}: {name}: no such file {params[name]!r}")
+
+
+def _ssl_mode(params: dict[str, str]) -> str:
+    """The DSN's mode; verifying by default when it names a CA or a client certificate."""
+    if "ssl-mode" in params:
+        return _normal_ssl_mode(params["ssl-mode"])
+    return "verify-identity" if "ssl-ca" in params or "ssl-cert" in params else "preferred"
 
 
 def _normal_ssl_mode(text: str) -> str:
