@@ -209,7 +209,8 @@ class EventBuilder:
             raise HaltError(
                 txn.commit_ts, f"the schema tracker cannot apply {query[:200]!r}: {exc}"
             ) from None
-        log.info("DDL at commit_ts %d applied: %s", txn.commit_ts, query[:200])
+        # the sink logs the DDL it applies (once); this is the schema tracker's side of it
+        log.debug("DDL at commit_ts %d tracked: %s", txn.commit_ts, query[:200])
         snapshot = self.tracker.snapshot()
         if not self._filter.allows_change(change):
             _EVENTS_FILTERED.inc()

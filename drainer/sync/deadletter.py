@@ -15,9 +15,13 @@ directory holds every transaction skipped whole. ``binlog-bridge replay
 that already has the tables (replay creates none), and a transaction the
 schema tracker could not follow fails there the same way.
 
-Only the build stage is covered: a row that does not fit its schema (found
-when the sink decodes it) and a change the downstream refuses still stop
-the drainer.
+A change the downstream refuses (:class:`~bridge.sink.errors.SinkApplyError`,
+e.g. MySQL error 1146 for a table dropped downstream) is found by the syncer: it
+reopens the sink at the last flushed position and applies the unflushed
+events one at a time; the one refused is stored here and logged (with
+``"halt"`` the drainer stops instead, naming the ``[skip]`` line that skips
+it), and the rest are applied. A row that does not fit its schema (found when
+the sink decodes it) still stops the drainer.
 
 After a restart the transactions above the checkpoint are built again: one
 already stored (``commit_ts`` at or below the directory's last) is not
@@ -60,14 +64,29 @@ class DeadLetter:
             error,
         )
 
+    def refused(self, commit_ts: int, payload: bytes, error: BridgeError) -> None:
+        """Store the transaction (or DDL) at ``commit_ts`` the downstream refused, and log it."""
+        self.store_binlog(commit_ts, payload)
+        metrics.EVENTS.labels("ignored").inc()
+        log.warning(
+            "on-error = skip-and-log: the downstream refused the transaction at commit_ts %d; "
+            "skipped, stored in %s: %s",
+            commit_ts,
+            self.directory,
+            error,
+        )
+
     def store(self, txn: PulledTxn) -> None:
         """Append ``txn`` (fsynced) unless a run before a restart stored it already."""
+        self.store_binlog(txn.commit_ts, txn.payload)
+
+    def store_binlog(self, commit_ts: int, payload: bytes) -> None:
         writer = self._writer
         if writer is None:
             writer = self._writer = BinlogFileWriter(self.directory, MAX_FILE_SIZE)
             writer.open(self._snapshot())
-        if txn.commit_ts > writer.last_ts:
-            writer.append(txn.commit_ts, txn.payload)
+        if commit_ts > writer.last_ts:
+            writer.append(commit_ts, payload)
             writer.sync()
             self.stored += 1
 

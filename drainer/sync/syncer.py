@@ -23,7 +23,10 @@ queued, flushes and saves a ``consistent`` checkpoint, and closes the sink.
 A :class:`~drainer.builder.HaltError` in build ends it the same way (the
 checkpoint stays below the halting transaction) and :meth:`Syncer.run`
 raises it. A sink that fails for good stops everything at once; the
-checkpoint keeps the last position flushed.
+checkpoint keeps the last position flushed. A change the downstream refuses
+(:class:`~bridge.sink.errors.SinkApplyError`) is first found by its
+commit_ts (:meth:`Syncer._isolate`): skipped into the dead-letter directory
+with ``on-error = "skip-and-log"``, else the drainer halts naming it.
 """
 
 from __future__ import annotations
@@ -39,10 +42,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from bridge.errors import BridgeError
+from bridge.errors import BridgeError, UserError
 from bridge.sink.contract import Sink, SinkContext
-from bridge.sink.driver import DriverMetrics, SinkDriver, SinkStopped, event_size
-from bridge.sink.events import DDLEvent, Event, ResolvedEvent
+from bridge.sink.driver import DriverMetrics, SinkDriver, SinkFailed, SinkStopped, event_size
+from bridge.sink.errors import SinkApplyError
+from bridge.sink.events import DDLEvent, Event, ResolvedEvent, TxnEvent
 from drainer import metrics
 from drainer.checkpoint import Checkpoint, CheckpointState
 from drainer.collect.merger import MergeFeed, PulledTxn
@@ -142,6 +146,15 @@ class EventQueue:
         if self._has_room():
             self._writable.set()
         return batch, self._closed and not self._items
+
+
+class SinkRefused(UserError):
+    """The downstream refused the change at one commit_ts, and ``on-error`` is ``halt``."""
+
+
+def refused(failure: SinkFailed) -> bool:
+    """Whether the sink failed because the downstream refused a change (not a bug, not an outage)."""
+    return isinstance(failure.original, SinkApplyError)
 
 
 class Syncer:
@@ -287,11 +300,10 @@ class Syncer:
                 if events:
                     if not self.driver.unflushed:
                         first_unflushed = time.monotonic()
-                    await self._in_sink_thread(self.driver.write, events)
+                    await self._write(events)
                 ddl = bool(events) and isinstance(events[-1], DDLEvent)
                 if self.driver.unflushed and (ended or ddl or self._flush_due(first_unflushed)):
-                    position = await self._in_sink_thread(self.driver.flush)
-                    self.flushed_ts = max(self.flushed_ts, position)
+                    await self._flush()
                 if ended:
                     await self._save(consistent=self.clean_stop and self.halted is None)
                     return
@@ -303,6 +315,75 @@ class Syncer:
         except BaseException:
             await self._save_flushed()
             raise
+
+    async def _write(self, events: list[Event]) -> None:
+        try:
+            await self._in_sink_thread(self.driver.write, events)
+        except SinkFailed as exc:
+            if not refused(exc):
+                raise
+            await self._isolate([*self.driver.unflushed, *events], exc)
+
+    async def _flush(self) -> None:
+        try:
+            position = await self._in_sink_thread(self.driver.flush)
+        except SinkFailed as exc:
+            if not refused(exc):
+                raise
+            await self._isolate(list(self.driver.unflushed), exc)
+            return
+        self.flushed_ts = max(self.flushed_ts, position)
+
+    async def _isolate(self, pending: list[Event], failure: SinkFailed) -> None:
+        """The downstream refused one of ``pending`` (everything unflushed): reopen the sink at the
+        last flushed position and apply them one at a time (write, flush), so the refused one is
+        known by its commit_ts: stored in the dead-letter directory and skipped with
+        ``on-error = "skip-and-log"``, else the drainer halts naming the ``[skip]`` line that skips it."""
+        log.warning(
+            "the downstream refused a change (%s); applying the %d unflushed events one at a time to find it",
+            failure.original,
+            len(pending),
+        )
+        await self._reopen()
+        for event in pending:
+            if event.commit_ts <= self.flushed_ts:
+                continue
+            try:
+                await self._in_sink_thread(self.driver.write, [event])
+                position = await self._in_sink_thread(self.driver.flush)
+            except SinkFailed as exc:
+                if not refused(exc) or isinstance(event, ResolvedEvent):
+                    raise
+                await self._skip_refused(event, exc)
+                await self._reopen()
+                continue
+            self.flushed_ts = max(self.flushed_ts, position)
+
+    async def _reopen(self) -> None:
+        await self._in_sink_thread(self.driver.close)
+        self.driver.unflushed, self.driver.unflushed_bytes = [], 0
+        base, position = self.context, self.flushed_ts
+        context = SinkContext.at(
+            position,
+            self.snapshot_at(position),
+            cluster_id=base.cluster_id,
+            safe_mode=True,  # what the sink applied of the unflushed events is applied again
+            data_dir=base.data_dir,
+            metrics_registry=base.metrics_registry,
+        )
+        await self._in_sink_thread(self.driver.open, context)
+
+    async def _skip_refused(self, event: TxnEvent | DDLEvent, failure: SinkFailed) -> None:
+        ts = event.commit_ts
+        if self.dead_letter is None:
+            raise SinkRefused(
+                f"the downstream refused the {'DDL' if isinstance(event, DDLEvent) else 'transaction'} "
+                f"at commit_ts {ts}: {failure.original}; to skip it, add the line "
+                f"commit-ts = [[{ts}, {ts}]] under [skip] in the drainer's config and restart it "
+                '(or on-error = "skip-and-log" under [skip]: every refused change is stored in the '
+                "dead-letter directory and skipped)"
+            ) from failure
+        await self._in_sink_thread(self.dead_letter.refused, ts, event.payload, failure.original)
 
     def _next_deadline(self, first_unflushed: float, saved_at: float) -> float:
         deadlines = [time.monotonic() + 1.0]
