@@ -11,6 +11,7 @@ from typing import Any
 
 import grpc
 
+from bridge.auth import client_interceptors
 from bridge.errors import ConfigError
 from bridge.tls import RoleInterceptor
 
@@ -102,9 +103,10 @@ def aio_channel(
     """An asyncio channel to ``addr`` (host:port), TLS when configured."""
     options = channel_options(max_message_bytes)
     creds = channel_credentials(security) if security else None
+    interceptors = client_interceptors() or None  # the cluster token, when this process has one
     if creds is None:
-        return grpc.aio.insecure_channel(addr, options=options)
-    return grpc.aio.secure_channel(addr, creds, options=options)
+        return grpc.aio.insecure_channel(addr, options=options, interceptors=interceptors)
+    return grpc.aio.secure_channel(addr, creds, options=options, interceptors=interceptors)
 
 
 def add_port(

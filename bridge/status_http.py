@@ -20,6 +20,15 @@ answered like GET without a body. A handler's
 by ``on_error``); errors are ``{"error": ...}`` JSON. TLS when ``[security]``
 names a certificate (:func:`server_ssl_context`), requiring client
 certificates when it names a CA, as the gRPC port does.
+
+Requests other than GET and HEAD change state, so (issue 15) they are
+refused with 403 when a browser could send them cross-origin without a
+preflight: a form or text ``Content-Type`` (``application/x-www-form-urlencoded``,
+``multipart/form-data``, ``text/plain``) or an ``Origin`` header that is not
+this server's own ``Host``. When the cluster has a token
+(:mod:`bridge.auth`) they also need ``Authorization: Bearer <token>``, else
+401. GET and HEAD stay open. A ``Content-Length`` that is not ASCII digits
+answers 400.
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ from http import HTTPStatus
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from bridge.auth import bearer_matches, current_token
 from bridge.errors import BridgeError, ConfigError, UserError
 from bridge.grpcutil import SecurityConfig
 
@@ -42,6 +52,9 @@ log = logging.getLogger(__name__)
 MAX_HEAD_BYTES = 16 * 1024
 MAX_BODY_BYTES = 64 * 1024
 READ_TIMEOUT = 10.0
+READ_ONLY_METHODS = frozenset({"GET", "HEAD"})
+# Content types a cross-origin page can POST without a CORS preflight.
+SIMPLE_CONTENT_TYPES = frozenset({"application/x-www-form-urlencoded", "multipart/form-data", "text/plain"})
 
 
 @dataclass
@@ -113,6 +126,7 @@ class StatusServer:
         before_metrics: Callable[[], None] = _no_refresh,
         on_error: Callable[[], None] = _no_refresh,
         ssl_context: ssl.SSLContext | None = None,
+        token: str | None = None,
     ) -> None:
         self._component = component
         self._status = status
@@ -126,6 +140,7 @@ class StatusServer:
         self._host = host
         self._port = port
         self._ssl = ssl_context
+        self._token = current_token() if token is None else token  # never logged
         self._server: asyncio.Server | None = None
 
     @property
@@ -173,8 +188,8 @@ class StatusServer:
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             try:
-                method, path = await asyncio.wait_for(_read_request(reader), READ_TIMEOUT)
-                response = await self._dispatch(method, path)
+                method, path, headers = await asyncio.wait_for(_read_request(reader), READ_TIMEOUT)
+                response = self._refusal(method, headers) or await self._dispatch(method, path)
             except BadRequest as exc:
                 method, response = "", Response.error(exc.status, str(exc))
             except TimeoutError:
@@ -189,6 +204,28 @@ class StatusServer:
                 await writer.wait_closed()
             except (ConnectionError, ssl.SSLError):
                 log.debug("status endpoint: connection closed uncleanly")
+
+    def _refusal(self, method: str, headers: Mapping[str, str]) -> Response | None:
+        """403/401 for a state change a browser could forge or that lacks the token; None = go on."""
+        if method in READ_ONLY_METHODS:
+            return None
+        content_type = headers.get("content-type", "").split(";", 1)[0].strip().lower()
+        if content_type in SIMPLE_CONTENT_TYPES:
+            return Response.error(
+                HTTPStatus.FORBIDDEN,
+                f"{method} with Content-Type {content_type} refused (a browser form could send it); "
+                "send application/json",
+            )
+        origin = headers.get("origin")
+        if origin is not None and origin.split("://", 1)[-1] != headers.get("host", ""):
+            return Response.error(HTTPStatus.FORBIDDEN, f"{method} from another origin refused")
+        if self._token and not bearer_matches(headers.get("authorization", ""), self._token):
+            response = Response.error(
+                HTTPStatus.UNAUTHORIZED, f"{method} needs the cluster token (Authorization: Bearer ...)"
+            )
+            response.headers = (("WWW-Authenticate", "Bearer"),)
+            return response
+        return None
 
     async def _dispatch(self, method: str, path: str) -> Response:
         methods = self._routes.get(path)
@@ -216,8 +253,9 @@ class StatusServer:
             )
 
 
-async def _read_request(reader: asyncio.StreamReader) -> tuple[str, str]:
-    """Read the request head (and discard any body); returns (method, path without query)."""
+async def _read_request(reader: asyncio.StreamReader) -> tuple[str, str, dict[str, str]]:
+    """Read the request head (and discard any body); returns (method, path without
+    query, headers by lower-case name; the last of a repeated one)."""
     try:
         head = await reader.readuntil(b"\r\n\r\n")
     except asyncio.LimitOverrunError:
@@ -230,19 +268,25 @@ async def _read_request(reader: asyncio.StreamReader) -> tuple[str, str]:
         raise BadRequest(HTTPStatus.BAD_REQUEST, f"malformed request line {request_line[:100]!r}")
     method, target, _ = parts
     length = 0
+    headers: dict[str, str] = {}
     for line in header_lines:
         name, sep, value = line.partition(":")
-        if sep and name.strip().lower() == "content-length":
-            if not value.strip().isdigit():
+        if not sep:
+            continue
+        name, value = name.strip().lower(), value.strip()
+        headers[name] = value
+        if name == "content-length":
+            # isdigit() alone passes digits such as "²" that int() refuses
+            if not (value.isascii() and value.isdigit()):
                 raise BadRequest(HTTPStatus.BAD_REQUEST, "malformed Content-Length")
             length = int(value)
-        elif sep and name.strip().lower() == "transfer-encoding":
+        elif name == "transfer-encoding":
             raise BadRequest(HTTPStatus.NOT_IMPLEMENTED, "chunked request bodies are not supported")
     if length > MAX_BODY_BYTES:
         raise BadRequest(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"request body over {MAX_BODY_BYTES} bytes")
     if length:
         await reader.readexactly(length)
-    return method, target.split("?", 1)[0]
+    return method, target.split("?", 1)[0], headers
 
 
 async def _write_response(writer: asyncio.StreamWriter, response: Response, head_only: bool) -> None:

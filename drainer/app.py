@@ -45,6 +45,7 @@ from pathlib import Path
 
 import grpc
 
+from bridge.auth import adopt_token, use_cluster_token
 from bridge.config import describe
 from bridge.errors import BridgeError, MetaUnavailable
 from bridge.grpcutil import add_port, channel_options, server_interceptors
@@ -143,7 +144,7 @@ class Drainer:
         self.syncer = Syncer(self.feed, builder, sink, checkpoint, start, sync_settings, context, dead_letter)
         self.server = grpc.aio.server(
             options=channel_options(config.max_message_size),
-            interceptors=server_interceptors(config.security),
+            interceptors=[*use_cluster_token(config.cluster_token), *server_interceptors(config.security)],
         )
         port = add_port(self.server, config.addr, config.security)
         settings = NodeSettings(
@@ -214,6 +215,7 @@ async def serve(config: DrainerConfig, stop: asyncio.Event, ready: Ready = print
     """Run the drainer until ``stop`` is set; see the module docstring."""
     for line in describe(config):
         log.info("config: %s", line)
+    adopt_token(config.cluster_token)  # before any channel opens: each presents it
     Path(config.data_dir).mkdir(parents=True, exist_ok=True)
     async with contextlib.AsyncExitStack() as stack:
         meta = MetaClient(config.meta_addrs(), config.security)

@@ -193,6 +193,14 @@ class DrainerConfig(NodeAddressing):
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     relay: RelayConfig = field(default_factory=RelayConfig)
     sink: SinkConfig = field(default_factory=SinkConfig)
+    cluster_token: str = field(
+        default="",
+        metadata={
+            "help": "shared secret every node and client of the cluster presents; "
+            "default env BINLOG_BRIDGE_CLUSTER_TOKEN; empty = none",
+            "secret": True,
+        },
+    )
     security: SecurityConfig = field(default_factory=SecurityConfig)
 
     def validate(self) -> None:

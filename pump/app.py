@@ -33,6 +33,7 @@ from collections.abc import Awaitable, Callable
 
 import grpc
 
+from bridge.auth import adopt_token, use_cluster_token
 from bridge.config import describe
 from bridge.errors import BridgeError, MetaError
 from bridge.grpcutil import add_port, channel_options
@@ -155,6 +156,7 @@ async def serve(config: PumpConfig, stop: asyncio.Event, ready: Ready = print_re
     """Run the pump until ``stop`` is set or it went OFFLINE; see the module docstring."""
     for line in describe(config):
         log.info("config: %s", line)
+    adopt_token(config.cluster_token)  # before any channel opens: each presents it
     async with contextlib.AsyncExitStack() as stack:
         meta = MetaClient(config.meta_addrs(), config.security)
         stack.push_async_callback(meta.close)
@@ -163,7 +165,8 @@ async def serve(config: PumpConfig, stop: asyncio.Event, ready: Ready = print_re
         stack.push_async_callback(storage.close)
         # No SO_REUSEPORT: a second pump on the same address must fail, not share it.
         server = grpc.aio.server(
-            options=[*channel_options(config.max_message_size), ("grpc.so_reuseport", 0)]
+            options=[*channel_options(config.max_message_size), ("grpc.so_reuseport", 0)],
+            interceptors=use_cluster_token(config.cluster_token),
         )
         port = _bind(server, config)
         node = _build_node(config, cluster_id, port, meta, storage)

@@ -183,6 +183,14 @@ class PumpConfig(NodeAddressing):
     )
     storage: StorageConfig = field(default_factory=StorageConfig)
     resolver: ResolverConfig = field(default_factory=ResolverConfig)
+    cluster_token: str = field(
+        default="",
+        metadata={
+            "help": "shared secret every node and client of the cluster presents; "
+            "default env BINLOG_BRIDGE_CLUSTER_TOKEN; empty = none",
+            "secret": True,
+        },
+    )
     security: SecurityConfig = field(default_factory=SecurityConfig)
 
     def validate(self) -> None:

@@ -15,6 +15,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from bridge.auth import current_token
 from bridge.errors import UserError
 from bridge.grpcutil import SecurityConfig
 from bridge.meta.client import MetaClient
@@ -99,7 +100,11 @@ def post_state(
     """
     verify_identity(node, cluster_id, security)
     url = _url(node, f"/state/{action}", security)
-    request = urllib.request.Request(url, method="POST", data=b"")  # noqa: S310 - http(s) only, built above
+    headers = {"Content-Type": "application/json"}  # a form type would be refused as browser-forgeable
+    token = current_token()
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    request = urllib.request.Request(url, method="POST", data=b"{}", headers=headers)  # noqa: S310 - http(s) only
     return _request(node, action, request, security, HTTP_TIMEOUT)
 
 

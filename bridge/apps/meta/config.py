@@ -76,6 +76,14 @@ class MetaConfig:
     )
     status_addr: str = field(default="", metadata={"help": "HTTP metrics address; empty = off"})
     tso: TsoConfig = field(default_factory=TsoConfig)
+    cluster_token: str = field(
+        default="",
+        metadata={
+            "help": "shared secret every node and client of the cluster presents; "
+            "default env BINLOG_BRIDGE_CLUSTER_TOKEN; empty = none",
+            "secret": True,
+        },
+    )
     security: SecurityConfig = field(default_factory=SecurityConfig)
     etcd_security: EtcdSecurityConfig = field(default_factory=EtcdSecurityConfig)
 

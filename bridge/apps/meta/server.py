@@ -27,6 +27,7 @@ from bridge.apps.meta.local_store import LocalStore
 from bridge.apps.meta.member import MetaMember
 from bridge.apps.meta.metrics import member_registry
 from bridge.apps.meta.store import MetaStore
+from bridge.auth import use_cluster_token
 from bridge.errors import BridgeError, ClusterMismatch, ConfigError, NotLeader, ProtocolError
 from bridge.grpcutil import add_port, channel_options, server_interceptors
 from bridge.meta.client import LEADER_METADATA_KEY
@@ -151,7 +152,7 @@ class MetaServer:
         # No SO_REUSEPORT: a second meta on the same address must fail, not share it.
         server = grpc.aio.server(
             options=[*channel_options(), ("grpc.so_reuseport", 0)],
-            interceptors=server_interceptors(config.security),
+            interceptors=[*use_cluster_token(config.cluster_token), *server_interceptors(config.security)],
         )
         port = add_port(server, config.addr, config.security)
         self.advertise = config.advertise(port)
