@@ -86,5 +86,9 @@ class PumpRejected(PumpError):
     """A pump answered the write with an error message."""
 
 
+class BinlogTooLarge(PumpRejected):
+    """The binlog is over the pump's (or this client's) message size limit; sending it again cannot help."""
+
+
 class NoPumpAvailable(PumpError):
     """No pump accepted the binlog within the configured timeout."""

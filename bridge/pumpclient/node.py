@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections import Counter as Tally
 from collections import deque
 from collections.abc import Callable
@@ -22,7 +23,7 @@ from typing import Any
 import grpc
 
 from bridge.binlog import PUMP_UNAVAILABLE_PREFIX
-from bridge.errors import PumpRejected, PumpUnavailable
+from bridge.errors import BinlogTooLarge, PumpRejected, PumpUnavailable
 from bridge.grpcutil import aio_channel
 from bridge.proto import binlog_pb2, pump_pb2, pump_pb2_grpc
 from bridge.pumpclient import metrics
@@ -36,6 +37,9 @@ PROBE_PAYLOAD = binlog_pb2.Binlog(tp=binlog_pb2.Prewrite, start_ts=0, commit_ts=
 # Codes that mean the pump process is not there (refused, reset, shutting
 # down): no point waiting for max-errors failures.
 _GONE_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED})
+
+# gRPC's size refusal: "... larger than max (134217800 vs. 134217728)".
+_SIZES = re.compile(r"\((\d+) vs\. (\d+)\)")
 
 # Allowance for event loop lag on top of the pump calls' own deadlines.
 _WAIT_SLACK = 1.0
@@ -190,7 +194,10 @@ class PumpNode:
         try:
             response = await self._stub.WriteBinlogs(request, timeout=self._config.rpc_timeout)
         except grpc.aio.AioRpcError as exc:
-            self._fail(batch, describe_rpc_error(exc), gone=exc.code() in _GONE_CODES)
+            if exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and _SIZES.search(exc.details() or ""):
+                await self._too_large(batch, exc)
+            else:
+                self._fail(batch, describe_rpc_error(exc), gone=exc.code() in _GONE_CODES)
             return
         if response.errmsg:
             self._fail(batch, f"refused the batch: {response.errmsg}", gone=False)
@@ -207,6 +214,24 @@ class PumpNode:
             if not item.future.done():
                 item.future.set_result(errmsg)
         self._count(tally)
+
+    async def _too_large(self, batch: list[PendingBinlog], exc: grpc.aio.AioRpcError) -> None:
+        """A call over the message size limit: the pump is fine, so it is not marked failed.
+        A batch is sent again one binlog a call; a lone binlog fails with BinlogTooLarge."""
+        if len(batch) > 1:
+            for item in batch:
+                await self._send_batch([item])
+            return
+        (item,) = batch
+        sizes = _SIZES.search(exc.details() or "")
+        limit = f" of {sizes.group(2)} bytes" if sizes else ""  # found: the caller checked
+        message = (
+            f"the {item.kind} binlog of {len(item.payload)} bytes is over the message size limit{limit} "
+            f"of pump {self.label} or this client (max-message-size): {describe_rpc_error(exc)}"
+        )
+        metrics.writes(self.node_id, item.kind, "rejected").inc()
+        if not item.future.done():
+            item.future.set_exception(BinlogTooLarge(message))
 
     def _fail(self, batch: list[PendingBinlog], reason: str, gone: bool) -> None:
         self.consecutive_errors += 1

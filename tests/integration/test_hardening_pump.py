@@ -1,28 +1,32 @@
-"""Timestamp poisoning (issue 15): a raw gRPC client writes binlogs whose
-timestamps the TSO never issued; the pump refuses them, its watermark stays
-with the TSO, and the valid transactions written after are all pulled."""
+"""A pump against bad writes (issue 15): binlogs whose timestamps the TSO
+never issued (written by a raw gRPC client) are refused, the watermark stays
+with the TSO and the valid transactions written after are all pulled; a
+binlog over the pump's size limit gets a size error in the SDK and the pump
+stays available."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
 
 from bridge import tso
-from bridge.binlog import commit
+from bridge.binlog import commit, prewrite
+from bridge.errors import BinlogTooLarge
 from bridge.grpcutil import aio_channel
 from bridge.meta.client import MetaClient
 from bridge.proto import binlog_pb2, pump_pb2, pump_pb2_grpc
+from bridge.pumpclient import AsyncPumpsClient
 from tests.support.process import ChildProcess
 from tests.support.pump_server import PumpProcess, prewrite_of, pull_until, start_meta
 
 pytestmark = pytest.mark.timeout(120)
 
 HANG_GUARD = 90.0
+LIMIT = 1 << 20  # the pump's max-message-size
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +34,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Pum
     workdir = tmp_path_factory.mktemp("hardening-ts")
     meta: ChildProcess
     meta, meta_addr = start_meta(workdir)
-    pump = PumpProcess(workdir, meta_addr)
+    pump = PumpProcess(workdir, meta_addr, extra_config=f"max-message-size = {LIMIT}")
     try:
         pump.start()
         yield meta_addr, pump
@@ -94,3 +98,35 @@ def test_poisoned_timestamps_are_refused_and_later_transactions_are_all_pulled(
 
     asyncio.run(asyncio.wait_for(scenario(), HANG_GUARD))
     assert "Traceback" not in pump.output
+
+
+def test_an_oversize_binlog_gets_a_size_error_and_the_pump_stays_available(
+    cluster: tuple[str, PumpProcess],
+) -> None:
+    meta_addr, pump = cluster
+
+    async def scenario() -> None:
+        async with AsyncPumpsClient(meta_addr) as client:
+            assert client.available == [pump.node_id]
+            start = await client.get_timestamp()
+            mutation = binlog_pb2.TableMutation(table_id=1, inserted_rows=[bytes(2 * LIMIT)])
+            with pytest.raises(BinlogTooLarge) as refused:
+                await client.write_binlog(prewrite(start, [mutation]))
+            assert f"of {LIMIT} bytes" in str(refused.value)
+            assert client.available == [pump.node_id] and client.unavailable == []
+            # Small binlogs sent with it in one batch, and after it, are stored.
+            starts = [await client.get_timestamp() for _ in range(3)]
+            big = client.write_binlog(prewrite(await client.get_timestamp(), [mutation]))
+            results = await asyncio.gather(
+                big, *(client.write_binlog(prewrite_of(s)) for s in starts), return_exceptions=True
+            )
+            assert isinstance(results[0], BinlogTooLarge) and results[1:] == [None] * 3
+            committed = {}
+            for s in starts:
+                committed[s] = await client.get_timestamp()
+                await client.write_binlog(commit(s, committed[s]))
+            pulled = await pull_until(pump.addr, client.cluster_id, max(committed.values()))
+            assert {b.start_ts: b.commit_ts for b in pulled.txns}.items() >= committed.items()
+            assert client.available == [pump.node_id]
+
+    asyncio.run(asyncio.wait_for(scenario(), HANG_GUARD))
