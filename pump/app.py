@@ -36,7 +36,7 @@ import grpc
 from bridge.auth import adopt_token, use_cluster_token
 from bridge.config import describe
 from bridge.errors import BridgeError, MetaError
-from bridge.grpcutil import add_port, channel_options
+from bridge.grpcutil import add_port, channel_options, server_interceptors
 from bridge.meta.client import MetaClient
 from pump import metrics
 from pump.admission import PumpState
@@ -166,7 +166,7 @@ async def serve(config: PumpConfig, stop: asyncio.Event, ready: Ready = print_re
         # No SO_REUSEPORT: a second pump on the same address must fail, not share it.
         server = grpc.aio.server(
             options=[*channel_options(config.max_message_size), ("grpc.so_reuseport", 0)],
-            interceptors=use_cluster_token(config.cluster_token),
+            interceptors=[*use_cluster_token(config.cluster_token), *server_interceptors(config.security)],
         )
         port = _bind(server, config)
         node = _build_node(config, cluster_id, port, meta, storage)

@@ -22,6 +22,7 @@ from bridge.apps.load.runner import LoadRunner, create_schema
 from bridge.apps.load.stats import Progress, Stats, summary
 from bridge.dsn import PASSWORD_ENV, parse_dsn
 from bridge.errors import BridgeError
+from bridge.grpcutil import SecurityConfig
 from bridge.producer.open import open_upstream
 from bridge.producer.writer import TxnWriter
 from bridge.pumpclient import PumpClientConfig, PumpsClient
@@ -60,6 +61,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument(
         "--write-timeout", type=float, default=15.0, help="pump client write-timeout, seconds"
     )
+    parser.add_argument("--ssl-ca", default="", help="CA bundle for TLS to the meta service and pumps")
+    parser.add_argument("--ssl-cert", default="", help="client certificate (role producer) for mutual TLS")
+    parser.add_argument("--ssl-key", default="", help="its private key")
     parser.set_defaults(func=run)
     return parser
 
@@ -90,7 +94,9 @@ def run(args: argparse.Namespace) -> int:
         if create_database(dsn):
             log.info("created database %s", dsn.database)
     stats = Stats()
-    config = PumpClientConfig(write_timeout=args.write_timeout)
+    security = SecurityConfig(ssl_ca=args.ssl_ca, ssl_cert=args.ssl_cert, ssl_key=args.ssl_key)
+    security.validate()
+    config = PumpClientConfig(write_timeout=args.write_timeout, security=security)
     with stop_on_signals("load") as stop, PumpsClient(args.meta, config) as pumps:
         writer = TxnWriter(open_upstream(dsn), pumps)
         try:
