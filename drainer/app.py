@@ -58,7 +58,7 @@ from bridge.sink.schema import SchemaTracker
 from bridge.status_http import server_ssl_context
 from bridge.tso import physical_ms, to_datetime
 from drainer import metrics
-from drainer.checkpoint import Checkpoint, CheckpointState, build_checkpoint
+from drainer.checkpoint import Checkpoint, CheckpointState, build_checkpoint, interrupt
 from drainer.collect.collector import Collector
 from drainer.collect.merger import MergeFeed, Merger
 from drainer.collect.pull import PumpPuller
@@ -252,7 +252,7 @@ async def serve(config: DrainerConfig, stop: asyncio.Event, ready: Ready = print
             f"drainer ready: node_id={drainer.node.node_id} addr={drainer.node.settings.addr} "
             f"status={status_addr}"
         )
-        await _run_until_stopped(drainer, syncing, stop)
+        await _run_until_stopped(drainer, syncing, stop, checkpoint)
 
 
 def check_sink(config: DrainerConfig) -> str:
@@ -263,7 +263,9 @@ def check_sink(config: DrainerConfig) -> str:
     return f"drainer check passed: sink {sink.name} can be used"
 
 
-async def _run_until_stopped(drainer: Drainer, syncing: asyncio.Task[None], stop: asyncio.Event) -> None:
+async def _run_until_stopped(
+    drainer: Drainer, syncing: asyncio.Task[None], stop: asyncio.Event, checkpoint: Checkpoint
+) -> None:
     stopping: asyncio.Future[None] = asyncio.ensure_future(_wait(stop))
     closing: asyncio.Future[None] = asyncio.ensure_future(_wait(drainer.closing))
     try:
@@ -276,6 +278,9 @@ async def _run_until_stopped(drainer: Drainer, syncing: asyncio.Task[None], stop
         if stop.is_set() or drainer.closing.is_set():
             log.info("stopping: writing what is built, flushing, saving the checkpoint")
         drainer.syncer.stop()
+        # SIGTERM within seconds: a checkpoint save being retried (target unreachable) gives up;
+        # the checkpoint stays at the last position saved.
+        interrupt(checkpoint)
     try:
         await syncing
     except BridgeError as exc:

@@ -20,6 +20,7 @@ from drainer.checkpoint.base import (
     CheckpointFactory,
     CheckpointState,
     RetriableCheckpointError,
+    interrupt,
 )
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "CheckpointState",
     "RetriableCheckpointError",
     "build_checkpoint",
+    "interrupt",
 ]
 
 CHECKPOINTS: dict[str, str] = {

@@ -15,7 +15,7 @@ Implementations are built by name from the ``[checkpoint]`` table
 where ``options`` is that table without ``type``. They raise
 :class:`CheckpointError` (a ``retriable`` one when trying again may help)
 and :class:`bridge.errors.ConfigError` naming ``checkpoint.<key>`` for bad
-options.
+options. One that retries may define ``interrupt()`` (see :func:`interrupt`).
 """
 
 from __future__ import annotations
@@ -61,6 +61,16 @@ class Checkpoint(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+def interrupt(checkpoint: Checkpoint) -> None:
+    """Tell ``checkpoint`` the drainer is stopping: a save or load being retried stops retrying
+    (one more attempt at most, then :class:`RetriableCheckpointError`), so SIGTERM is not held
+    up by an unreachable target. Safe from any thread; a checkpoint without retries ignores it.
+    """
+    stop = getattr(checkpoint, "interrupt", None)
+    if callable(stop):
+        stop()
 
 
 class CheckpointFactory(Protocol):

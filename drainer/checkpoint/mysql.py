@@ -23,7 +23,13 @@ old one or the new one, never a mix. The database and table are created if
 missing on first use. Connection errors (server gone, lost connection,
 cannot connect, lock wait, deadlock) are retried with backoff for up to
 ``retry-timeout`` seconds on a fresh connection, then raise
-:class:`~drainer.checkpoint.base.RetriableCheckpointError`; anything else
+:class:`~drainer.checkpoint.base.RetriableCheckpointError`. :meth:`MySQLCheckpoint.interrupt`
+(the drainer calls it on SIGTERM) ends such retries at once: the call in
+progress is broken off (its socket shut down), and from then on each save
+or load makes one attempt (connecting for at most ``STOPPING_CONNECT_TIMEOUT``)
+and raises the retriable error if it fails, so a stopping drainer leaves the
+row at the last position it could save instead of waiting out
+``retry-timeout``; anything else
 (no privilege, a table of another shape) raises
 :class:`~drainer.checkpoint.base.CheckpointError` naming the table.
 
@@ -39,6 +45,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
+import socket
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -59,6 +67,7 @@ log = logging.getLogger(__name__)
 PASSWORD_ENV = "BRIDGE_SINK_MYSQL_PASSWORD"  # noqa: S105 - the variable's name, not a password
 DEFAULT_SCHEMA = "bridge"
 DEFAULT_TABLE = "checkpoint"
+STOPPING_CONNECT_TIMEOUT = 1.0  # seconds a connection attempt may take once interrupted
 _IDENTIFIER = re.compile(r"^[^`\x00/\\.]{1,64}$")
 
 # Client/server error codes after which a fresh connection may succeed.
@@ -156,6 +165,7 @@ class MySQLCheckpoint:
         )
         self._conn: pymysql.connections.Connection[Any] | None = None
         self._created = False
+        self._interrupted = threading.Event()
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any], data_dir: Path, cluster_id: int) -> MySQLCheckpoint:
@@ -201,12 +211,23 @@ class MySQLCheckpoint:
     def close(self) -> None:
         self._disconnect()
 
+    def interrupt(self) -> None:
+        """Stop retrying (see the module docstring). Called from the event loop's thread while
+        the sink thread may be blocked in a query: shutting the socket down wakes that read."""
+        self._interrupted.set()
+        conn = self._conn
+        sock = getattr(conn, "_sock", None) if conn is not None else None
+        if isinstance(sock, socket.socket):
+            with contextlib.suppress(OSError):  # already closed
+                sock.shutdown(socket.SHUT_RDWR)
+
     # ------------------------------------------------------------------ connection
 
     def _run(self, what: str, call: Callable[[pymysql.connections.Connection[Any]], T]) -> T:
         deadline = time.monotonic() + self.config.retry_timeout
         backoff = Backoff(initial=0.1, cap=2.0)
         while True:
+            fresh = self._conn is None
             try:
                 conn = self._connection()
                 return call(conn)
@@ -216,6 +237,12 @@ class MySQLCheckpoint:
                 if not is_retriable(exc):
                     raise CheckpointError(
                         f"checkpoint {self.describe()}: {what} failed: MySQL error {code}: {_message(exc)}"
+                    ) from None
+                # Stopping: one attempt on a fresh connection (interrupt() shuts the old one down).
+                if self._interrupted.is_set() and fresh:
+                    raise RetriableCheckpointError(
+                        f"checkpoint {self.describe()}: {what} failed while stopping (not retried): "
+                        f"MySQL error {code}: {_message(exc)}"
                     ) from None
                 delay = backoff.next_delay()
                 if time.monotonic() + delay > deadline:
@@ -231,12 +258,16 @@ class MySQLCheckpoint:
                     _message(exc),
                     delay,
                 )
-                time.sleep(delay)
+                if not self._interrupted.is_set():
+                    self._interrupted.wait(delay)
 
     def _connection(self) -> pymysql.connections.Connection[Any]:
         if self._conn is None:
+            connect_timeout = self.config.connect_timeout
+            if self._interrupted.is_set():
+                connect_timeout = min(connect_timeout, STOPPING_CONNECT_TIMEOUT)
             self._conn = self.dsn.connect(
-                connect_timeout=self.config.connect_timeout,
+                connect_timeout=connect_timeout,
                 database=None,  # the table is named with its schema
                 read_timeout=max(self.config.connect_timeout * 6, 30.0),
                 write_timeout=max(self.config.connect_timeout * 6, 30.0),
