@@ -130,3 +130,27 @@ def test_an_oversize_binlog_gets_a_size_error_and_the_pump_stays_available(
             assert client.available == [pump.node_id]
 
     asyncio.run(asyncio.wait_for(scenario(), HANG_GUARD))
+
+
+def test_pull_clients_that_leave_before_the_first_message_log_no_traceback(
+    cluster: tuple[str, PumpProcess],
+) -> None:
+    meta_addr, pump = cluster
+
+    async def scenario() -> None:
+        async with MetaClient(meta_addr) as meta:
+            cluster_id = await meta.cluster_id()
+        for i in range(10):
+            async with grpc.aio.insecure_channel(pump.addr) as channel:
+                after = 0 if i % 2 else 1 << 62  # a backlog to send, or nothing yet
+                request = pump_pb2.PullBinlogReq(clusterID=cluster_id, startFrom=pump_pb2.Pos(offset=after))
+                call = pump_pb2_grpc.PumpStub(channel).PullBinlogs(request)
+                if i % 3 == 0:
+                    call.cancel()  # else the channel closes under it
+        # The pump still serves a pull after them.
+        async with MetaClient(meta_addr) as meta:
+            until = await meta.get_timestamp()
+        await pull_until(pump.addr, cluster_id, until)
+
+    asyncio.run(asyncio.wait_for(scenario(), HANG_GUARD))
+    assert "Traceback" not in pump.output
