@@ -3,10 +3,14 @@
 The range is bounded by commit_ts (``--start-ts``/``--stop-ts``, both
 inclusive) or by time (``--start-time``/``--stop-time``: ISO 8601, the
 machine's local time when no offset is given; a time covers its whole
-millisecond). ``--to`` is ``sqlite:///DIR``, a directory laid out like the
-sqlite sink's (one file per database; created when missing). The target
-remembers what it applied, so a replay interrupted and run again goes on
-where it stopped.
+millisecond). ``--to`` is ``sqlite:DIR`` (a directory laid out like the
+sqlite sink's: one file per database; created when missing) or
+``mysql://USER[:PASSWORD]@HOST:PORT/`` (a MySQL-compatible server, written
+as the mysql sink writes). The databases and tables of the first file's
+schema that the target lacks are created before the first transaction (a
+dead-letter directory holds no CREATE TABLE of its own), and the DDLs in the
+range are applied in order. The target remembers what it applied, so a
+replay interrupted and run again goes on where it stopped.
 """
 
 from __future__ import annotations
@@ -28,7 +32,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "replay", help="apply binlog files written by the file sink to a SQL downstream", description=__doc__
     )
     parser.add_argument("--dir", required=True, type=Path, help="directory of binlog-*.bbf files")
-    parser.add_argument("--to", required=True, metavar="DSN", help="target, e.g. sqlite:///var/replica")
+    parser.add_argument(
+        "--to", required=True, metavar="DSN", help="target: sqlite:DIR or mysql://USER@HOST:PORT/"
+    )
     parser.add_argument("--start-ts", type=int, default=None, help="first commit_ts to apply (inclusive)")
     parser.add_argument("--stop-ts", type=int, default=None, help="last commit_ts to apply (inclusive)")
     parser.add_argument("--start-time", default=None, help="apply commits from this ISO time on")
@@ -67,14 +73,32 @@ def bounds(args: argparse.Namespace) -> tuple[int, int]:
 
 def run(args: argparse.Namespace) -> int:
     from bridge.dsn import parse_dsn
+    from bridge.sink.contract import Sink
     from drainer.relay.replay import replay
-    from drainer.sinks.sqlite.sink import SQLiteSink
+    from drainer.relay.tables import create_tables
+    from drainer.sinks.file.binlogfile import BinlogFileReader
 
     start, stop = bounds(args)
     target = parse_dsn(args.to)
-    if not target.is_sqlite:
-        raise UserError(f"--to {target.redacted()}: only sqlite targets can be replayed to so far")
-    sink = SQLiteSink({"path": target.path}, Path(target.path))
+    sink: Sink
+    if target.is_sqlite:
+        from drainer.sinks.sqlite.sink import SQLiteSink
+
+        sink = SQLiteSink({"path": target.path}, Path(target.path))
+    elif target.is_mysql:
+        from drainer.sinks.mysql.sink import MySQLSink
+
+        sink = MySQLSink({"dsn": args.to}, Path("."))
+        sink.check()  # login and privileges: one line when they fail
+    else:
+        raise UserError(f"--to {target.redacted()}: expected sqlite:DIR or mysql://USER@HOST:PORT/")
+    reader = BinlogFileReader(args.dir)
+    if not reader.files:
+        raise UserError(f"replay: no binlog files in {args.dir}")
+    _, snapshot = reader.start(start)
+    created = create_tables(target, snapshot)
+    if created:
+        print(f"replay: made sure of {created} tables of the first file's schema", file=sys.stderr)
 
     def progress(message: str) -> None:
         print(f"replay: {message}", file=sys.stderr, flush=True)
