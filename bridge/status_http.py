@@ -19,7 +19,8 @@ answered like GET without a body. A handler's
 :class:`~bridge.errors.BridgeError` 503, anything else 500 (logged, counted
 by ``on_error``); errors are ``{"error": ...}`` JSON. TLS when ``[security]``
 names a certificate (:func:`server_ssl_context`), requiring client
-certificates when it names a CA, as the gRPC port does.
+certificates when it names a CA, as the gRPC port does; then a state change
+also needs a certificate with role ``ctl`` (:mod:`bridge.tls`), else 403.
 
 Requests other than GET and HEAD change state, so (issue 15) they are
 refused with 403 when a browser could send them cross-origin without a
@@ -46,6 +47,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from bridge.auth import bearer_matches, current_token
 from bridge.errors import BridgeError, ConfigError, UserError
 from bridge.grpcutil import SecurityConfig
+from bridge.tls import http_role_problem
 
 log = logging.getLogger(__name__)
 
@@ -189,7 +191,11 @@ class StatusServer:
         try:
             try:
                 method, path, headers = await asyncio.wait_for(_read_request(reader), READ_TIMEOUT)
-                response = self._refusal(method, headers) or await self._dispatch(method, path)
+                response = (
+                    self._refusal(method, headers)
+                    or self._role_refusal(method, writer)
+                    or await self._dispatch(method, path)
+                )
             except BadRequest as exc:
                 method, response = "", Response.error(exc.status, str(exc))
             except TimeoutError:
@@ -226,6 +232,13 @@ class StatusServer:
             response.headers = (("WWW-Authenticate", "Bearer"),)
             return response
         return None
+
+    def _role_refusal(self, method: str, writer: asyncio.StreamWriter) -> Response | None:
+        """Under mutual TLS, 403 for a state change whose certificate lacks role ``ctl`` (bridge.tls)."""
+        if self._ssl is None or self._ssl.verify_mode != ssl.CERT_REQUIRED:
+            return None
+        problem = http_role_problem(method, writer.get_extra_info("peercert"))
+        return Response.error(HTTPStatus.FORBIDDEN, problem) if problem else None
 
     async def _dispatch(self, method: str, path: str) -> Response:
         methods = self._routes.get(path)

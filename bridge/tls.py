@@ -17,6 +17,9 @@ call                                roles allowed
 ``Cistern/Notify`` (drainer)        ``pump``
 anything else (TSO, ListNodes,      any certificate of the CA
 GetStatus)
+HTTP ``POST`` (``/state/...``)      ``ctl``
+HTTP ``GET`` (``/status``,          any certificate of the CA
+``/metrics``)
 ==================================  =============================================
 
 A certificate has role R when its subject CN, or one of its DNS subject
@@ -31,7 +34,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 import grpc
@@ -81,6 +84,22 @@ def grpc_peer_names(context: Any) -> list[str]:
     for key in ("x509_common_name", "x509_subject_alternative_name"):
         names += [value.decode("utf-8", "replace") for value in auth.get(key, ())]
     return names
+
+
+def http_peer_names(peercert: Mapping[str, Any] | None) -> list[str]:
+    """CN and DNS names of a verified peer certificate as :meth:`ssl.SSLSocket.getpeercert` gives it."""
+    if not peercert:
+        return []
+    names = [value for rdn in peercert.get("subject", ()) for key, value in rdn if key == "commonName"]
+    return names + [value for kind, value in peercert.get("subjectAltName", ()) if kind == "DNS"]
+
+
+def http_role_problem(method: str, peercert: Mapping[str, Any] | None) -> str | None:
+    """Why an HTTP request under mutual TLS may not go on (a state change needs ``ctl``); None = it may."""
+    if method in ("GET", "HEAD"):
+        return None
+    names = http_peer_names(peercert)
+    return None if has_role(names, CTL) else refusal(method, names, (CTL,))
 
 
 def refusal(method: str, names: list[str], roles: tuple[str, ...]) -> str:

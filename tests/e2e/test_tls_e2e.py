@@ -214,6 +214,13 @@ def test_clients_without_a_valid_certificate_are_refused(tls: TlsCluster, tmp_pa
         urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=5)
     with urllib.request.urlopen(url, timeout=5, context=tls.https_context(tls.files["ctl"])) as reply:
         assert json.loads(reply.read())["node_id"] == "pump-1"
+    pause = urllib.request.Request(  # a state change from a node that is not ctl
+        f"https://127.0.0.1:{port}/state/pause", data=b"{}", headers={"Content-Type": "application/json"}
+    )
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(pause, timeout=5, context=tls.https_context(tls.files["drainer"]))
+    assert refused.value.code == 403
+    assert "needs a certificate with role ctl" in refused.value.read().decode()
 
     # nothing refused reached the registry, and the cluster keeps replicating
     ghost = run_cli("ctl", "--meta", meta, *tls.tls_flags("ctl"), "nodes")

@@ -16,7 +16,7 @@ import pytest
 
 from bridge.grpcutil import SecurityConfig, add_port, aio_channel, server_interceptors
 from bridge.proto import meta_pb2, meta_pb2_grpc
-from bridge.tls import has_role
+from bridge.tls import has_role, http_peer_names, http_role_problem
 from tests.support.certs import CertFiles, TestCA
 
 
@@ -130,3 +130,18 @@ def test_no_interceptor_without_mutual_tls(ca: TestCA) -> None:
     assert server_interceptors(None) == []
     assert server_interceptors(SecurityConfig(ssl_cert=str(files.cert), ssl_key=str(files.key))) == []
     assert len(server_interceptors(security(files))) == 1
+
+
+def test_http_state_changes_need_the_ctl_role() -> None:
+    ctl = {"subject": ((("commonName", "ctl"),),), "subjectAltName": (("IP Address", "127.0.0.1"),)}
+    by_san = {"subject": ((("commonName", "ops"),),), "subjectAltName": (("DNS", "ctl.example.com"),)}
+    pump = {"subject": ((("commonName", "pump"),),), "subjectAltName": (("DNS", "localhost"),)}
+    assert http_peer_names(by_san) == ["ops", "ctl.example.com"]
+    assert http_role_problem("POST", ctl) is None
+    assert http_role_problem("POST", by_san) is None
+    assert http_role_problem("GET", pump) is None
+    assert http_role_problem("POST", pump) == "POST needs a certificate with role ctl (got pump, localhost)"
+    assert (
+        http_role_problem("POST", None)
+        == "POST needs a certificate with role ctl (got no client certificate)"
+    )
