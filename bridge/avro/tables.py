@@ -12,6 +12,12 @@ every part sanitized to an Avro name. A column whose name is not a valid
 Avro name becomes a field with the sanitized name and keeps the original
 as the field property ``"bridge.name"``; if the sanitized name collides
 with another column's field, the column id is appended (``a_b_7``).
+
+A generated column's field carries ``"bridge.generated"`` (``"VIRTUAL"`` or
+``"STORED"``) and ``"bridge.expression"`` (the upstream's generation
+expression): its values are in every row image, but a consumer that
+recreates the table (``consume --apply``) makes it a generated column and
+never writes it.
 """
 
 from __future__ import annotations
@@ -31,6 +37,8 @@ ENVELOPE_OPS: Final[Mapping[str, str]] = {"insert": "c", "update": "u", "delete"
 """Envelope ``op`` per change kind; ``"r"`` is reserved for snapshot rows."""
 
 ChangeKind = Literal["insert", "update", "delete"]
+BRIDGE_GENERATED = "bridge.generated"
+BRIDGE_EXPRESSION = "bridge.expression"
 
 
 def field_names(schema: row_pb2.TableSchema) -> tuple[str, ...]:
@@ -222,6 +230,9 @@ def _field(name: str, column: row_pb2.Column, mapped: AvroColumn) -> dict[str, A
         field["default"] = mapped.default
     if name != column.name:
         field[BRIDGE_NAME] = column.name
+    if column.generated:
+        field[BRIDGE_GENERATED] = "STORED" if column.generated == row_pb2.STORED else "VIRTUAL"
+        field[BRIDGE_EXPRESSION] = column.generation_expression
     return field
 
 

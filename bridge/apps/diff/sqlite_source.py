@@ -66,7 +66,10 @@ class SQLiteSource:
 
     def _table_info(self, db: str, table: str) -> TableInfo:
         conn = self._conn(db)
-        info = conn.execute('SELECT name, type, "notnull", pk FROM pragma_table_info(?)', (table,)).fetchall()
+        # table_xinfo: generated columns too (table_info leaves them out)
+        info = conn.execute(
+            'SELECT name, type, "notnull", pk FROM pragma_table_xinfo(?)', (table,)
+        ).fetchall()
         columns = tuple(
             Column(name, sqlite_kind(declared or ""), not notnull) for name, declared, notnull, _ in info
         )

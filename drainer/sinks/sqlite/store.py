@@ -127,7 +127,7 @@ class SQLiteStore:
     def column_names(self, db: str, table: str) -> list[str]:
         """The columns table ``db.table`` has in its file (empty when it does not exist)."""
         rows = self.conn.execute(
-            "SELECT name FROM pragma_table_info(?, ?)", (table, schema_alias(db))
+            "SELECT name FROM pragma_table_xinfo(?, ?)", (table, schema_alias(db))
         ).fetchall()
         return [r[0] for r in rows]
 
