@@ -2,11 +2,11 @@
 
 One pipeline for every case: the writer on a MariaDB upstream database of its own, one pump, a
 drainer with the mysql sink (into the private downstream MariaDB, ``downstream_mysql``) and the
-kafka sink; ``consume --apply`` of the Kafka topics into a SQLite directory is the SQLite
-downstream. Each case is a table with rows, then an ALTER, then an update of the rows; at the end
-the downstream data (``bridge.apps.diff``) and ``information_schema`` (columns: type, default,
-nullability, extra, generation expression, comment, charset and collation; index prefixes; table
-comment; partitioning) must equal the upstream's.
+kafka sink; ``consume --apply`` of the Kafka topics into a second private MariaDB and into a SQLite
+directory are two more downstreams. Each case is a table with rows, then an ALTER, then an update
+of the rows; at the end the downstream data (``bridge.apps.diff``) and ``information_schema``
+(columns: type, default, nullability, extra, generation expression, comment, charset and
+collation; index prefixes; table comment; partitioning) must equal the upstream's.
 
 Phase 1 holds the cases SQLite can express too (generated columns over integer arithmetic, an
 expression default over columns, CURRENT_TIMESTAMP(6) and NOW() defaults added to tables with rows,
@@ -37,6 +37,7 @@ from bridge.producer.mysql import create_database
 from bridge.pumpclient import PumpsClient
 from tests.e2e.test_pipeline import mysql_text, mysql_upstream
 from tests.support.mariadb_instance import MariaDBInstance
+from tests.support.process import free_port
 
 pytestmark = [pytest.mark.mysql, pytest.mark.kafka, pytest.mark.timeout(300)]
 
@@ -129,6 +130,24 @@ def cluster(
         downstream_mysql.drop_database(f"ckpt_{unique_name}")
 
 
+@pytest.fixture
+def apply_target(tmp_path: Path) -> Iterator[MariaDBInstance]:
+    """A private MariaDB for ``consume --apply`` (the downstream one holds the drainer's copy)."""
+    server = MariaDBInstance(tmp_path / "apply-mariadb", free_port())
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def consume_apply(bootstrap: str, prefix: str, target: str, until_ts: int) -> None:
+    argv = [sys.executable, "-m", "bridge.cli", "consume", "--bootstrap-servers", bootstrap]
+    argv += ["--prefix", prefix, "--apply", target, "--until-ts", str(until_ts), "--idle-timeout", "60"]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=HANG_GUARD, check=False)
+    assert result.returncode == 0, f"{result.stdout}\n{result.stderr[-4000:]}"
+
+
 def run_phase_1(writer: TxnWriter) -> None:
     rows = [{"id": i, "a": i} for i in (1, 2, 3)]
     for table in PHASE_1:
@@ -191,7 +210,7 @@ def sqlite_columns(target: Path, db: str, table: str) -> list[tuple[Any, ...]]:
 
 def test_computed_columns_defaults_and_definitions_reach_mariadb_and_sqlite(
     cluster: Cluster, mysql_upstream: Dsn, downstream_mysql: MariaDBInstance, kafka_bootstrap: str,
-    unique_name: str, tmp_path: Path,
+    unique_name: str, tmp_path: Path, apply_target: MariaDBInstance,
 ) -> None:  # fmt: skip
     upstream = mysql_text(mysql_upstream)
     with PumpsClient(cluster.meta_addr) as client:
@@ -202,7 +221,8 @@ def test_computed_columns_defaults_and_definitions_reach_mariadb_and_sqlite(
             run_phase_2(writer)
         finally:
             writer.close()
-    cluster.wait_caught_up(cluster.timestamp(), timeout=HANG_GUARD)
+    final_ts = cluster.timestamp()
+    cluster.wait_caught_up(final_ts, timeout=HANG_GUARD)
 
     # MariaDB downstream: the same rows and the same table definitions
     down = parse_dsn(downstream_mysql.dsn).with_database(mysql_upstream.database)
@@ -218,13 +238,15 @@ def test_computed_columns_defaults_and_definitions_reach_mariadb_and_sqlite(
     assert {(r[0], r[4]) for r in seen["tables"]} >= {("parts", "HASH")}
     assert len([r for r in seen["tables"] if r[0] == "parts"]) == 3
 
+    # MariaDB through Kafka and consume --apply: the same again
+    consume_apply(kafka_bootstrap, unique_name, apply_target.dsn, final_ts)
+    applied = parse_dsn(apply_target.dsn).with_database(mysql_upstream.database)
+    assert_equal_data(upstream, mysql_text(applied), tables)
+    assert_same_definitions(mysql_upstream, applied, tables)
+
     # SQLite downstream through Kafka and consume --apply, as of the end of phase 1
     target = tmp_path / "replica"
-    argv = [sys.executable, "-m", "bridge.cli", "consume", "--bootstrap-servers", kafka_bootstrap]
-    argv += ["--prefix", unique_name, "--apply", f"sqlite://{target}", "--until-ts", str(t1)]
-    argv += ["--idle-timeout", "60"]
-    result = subprocess.run(argv, capture_output=True, text=True, timeout=HANG_GUARD, check=False)
-    assert result.returncode == 0, f"{result.stdout}\n{result.stderr[-4000:]}"
+    consume_apply(kafka_bootstrap, unique_name, f"sqlite://{target}", t1)
     assert_equal_data(upstream, f"sqlite://{target}", PHASE_1)
     gen = {name: hidden for name, _, hidden in sqlite_columns(target, mysql_upstream.database, "gen")}
     assert gen == {"id": 0, "a": 0, "g": 2, "s": 3}
