@@ -27,8 +27,11 @@ def test_bench_kafka_prints_json_on_its_last_line(kafka_bootstrap: str) -> None:
     )
     assert result.returncode == 0, result.stderr[-3000:]
     figures = json.loads(result.stdout.strip().splitlines()[-1])
-    for key in ("name", "value", "unit", "ceiling", "ratio", "runs", "params", "load_avg"):
+    for key in ("name", "value", "unit", "ceiling", "ratio", "runs", "params", "load_avg", "cores"):
         assert key in figures, key
+    # two ceilings: encode-and-produce (the ratio's) and the bare producer of pre-encoded messages
+    assert set(figures["runs"]) == {"sink", "encode_and_produce", "bare_producer"}
+    assert figures["bare_ratio"] == pytest.approx(figures["value"] / figures["bare_producer"], rel=1e-3)
     assert figures["name"] == "kafka" and figures["unit"] == "rows/s"
     assert figures["value"] > 0 and figures["ceiling"] > 0
     assert figures["ratio"] == pytest.approx(figures["value"] / figures["ceiling"], rel=1e-3)
@@ -36,3 +39,4 @@ def test_bench_kafka_prints_json_on_its_last_line(kafka_bootstrap: str) -> None:
     assert figures["params"]["producer"]["acks"] == "all"
     assert figures["params"]["producer"]["enable.idempotence"] is True
     assert "kafka sink: 2,000 rows" in result.stderr and "bare producer: 2,000 messages" in result.stderr
+    assert "fastavro + producer: 2,000 rows" in result.stderr
