@@ -155,7 +155,7 @@ async def drive(
     meta_addr: str, args: argparse.Namespace, label: str, meter: CpuMeter | None = None
 ) -> dict[str, Any]:
     """Run the producers against whatever pump the registry lists; figures after warm-up."""
-    config = PumpClientConfig(rpc_timeout=30, write_timeout=60)
+    config = PumpClientConfig()  # the defaults a producer gets
     tally = Tally()
     async with AsyncPumpsClient(meta_addr, config) as client:
         tso = TsoBatcher(client)
