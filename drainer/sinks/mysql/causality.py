@@ -21,7 +21,22 @@ of all workers, which worker it went to:
   keys, and the change is then routed as if nothing were held.
 
 This is the conflict detection of the original binlog drainer, refined by
-routing a change to the one worker that already holds its keys. Key values
+routing a change to the one worker that already holds its keys.
+
+**Tables with a secondary unique index** (a unique index besides the one InnoDB
+clusters the rows by: the primary key, or without one the first unique index of
+NOT NULL columns) get one more key, :attr:`KeyPlan.serial`, naming the table:
+with it first among a change's keys, every change of the table goes to one
+worker until the next flush. Keys of rows are not enough there: when InnoDB
+inserts a value into a unique secondary index that holds the same value
+delete-marked (the DELETE + INSERT of a batched update, a value moving between
+rows, a REPLACE in safe mode), its duplicate check takes shared next-key locks on
+that entry *and on the next entry of the index*, even in READ COMMITTED — the
+entry of a neighbouring value, which another worker may be deleting or inserting
+next to. Two workers then wait for each other's neighbours: a deadlock (error
+1213) no key of the rows involved predicts. One worker per such table means no
+two workers ever lock entries of one index. Tables keyed by their clustered
+index alone take no such locks across rows and stay spread over the workers. Key values
 are compared the way MySQL's default collations compare them, loosely: text
 is case-folded and trailing spaces are stripped, so ``'a'`` and ``'A '`` are
 one key (treating two values as one key only costs a flush, never a wrong
@@ -46,6 +61,7 @@ class KeyPlan:
     table: str  # db.table, lower-cased: the first element of every key of this table
     indexes: tuple[tuple[int, ...], ...]  # primary key first, then unique indexes in schema order
     text: frozenset[int]  # positions of text columns (normalized before comparing)
+    serial: Key | None = None  # the table's own key when it has a secondary unique index
 
     def keys(self, before: Sequence[object] | None, after: Sequence[object] | None) -> list[Key]:
         """The change's keys: each index's values in ``before`` then in ``after`` (duplicates once)."""
@@ -104,7 +120,25 @@ def key_plan(schema: row_pb2.TableSchema) -> KeyPlan:
             indexes.append(positions)
     text = frozenset(i for i, c in enumerate(schema.columns) if c.type in _TEXT)
     used = {p for positions in indexes for p in positions}
-    return KeyPlan(table_name(schema).lower(), tuple(indexes), frozenset(text & used))
+    name = table_name(schema).lower()
+    clustered = _clustered(schema, position)
+    secondary = any(positions != clustered for positions in indexes)
+    return KeyPlan(name, tuple(indexes), frozenset(text & used), (name, -1) if secondary else None)
+
+
+def _clustered(schema: row_pb2.TableSchema, position: dict[str, int]) -> tuple[int, ...] | None:
+    """The positions of the index InnoDB clusters rows by: the primary key, else the first unique
+    index of NOT NULL columns; ``None`` when it clusters by a hidden row id."""
+    nullable = {c.name.lower(): c.nullable for c in schema.columns}
+    for index in [i for i in schema.indexes if i.primary] + [i for i in schema.indexes if i.unique]:
+        names = [name.lower() for name in index.columns]
+        if (
+            names
+            and all(n in position for n in names)
+            and (index.primary or not any(nullable[n] for n in names))
+        ):
+            return tuple(position[n] for n in names)
+    return None
 
 
 class Causality:

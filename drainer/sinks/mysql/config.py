@@ -37,6 +37,14 @@ class MySQLSinkConfig:
             "defaults); false: one UPDATE per row"
         },
     )
+    serial_unique_tables: bool = field(
+        default=True,
+        metadata={
+            "help": "every change of a table with a secondary unique index goes to one worker per flush "
+            "window, so workers never deadlock on that index's next-key locks; false: spread by row keys "
+            "(more parallel on one large such table; deadlocks are retried)"
+        },
+    )
     safe_mode: bool = field(
         default=False,
         metadata={"help": "always write in safe mode (INSERT as REPLACE, UPDATE as DELETE+REPLACE)"},

@@ -41,6 +41,11 @@ RETRIES = Counter(
     "its open transaction again), sink (every worker rolled back; the unflushed events are written again)",
     ["scope"],
 )
+DEADLOCKS = Counter(
+    "bridge_sink_mysql_deadlocks_total",
+    "Deadlocks (error 1213) a worker met while applying; each cost a rollback and a retry of its open "
+    "transaction (also counted in bridge_sink_mysql_retries_total)",
+)
 SKIPPED = Counter(
     "bridge_sink_mysql_skipped_total",
     "Changes not applied because the downstream has them already: keyless rows and DDLs at or below "

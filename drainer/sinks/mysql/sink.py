@@ -61,7 +61,7 @@ from bridge.sink.errors import SinkApplyError, SinkError, SinkUnavailable
 from bridge.sink.events import DDLEvent, Event, ResolvedEvent, TxnEvent
 from drainer.sinks.mysql import metrics, preflight
 from drainer.sinks.mysql.batch import Op
-from drainer.sinks.mysql.causality import Causality
+from drainer.sinks.mysql.causality import Causality, Key
 from drainer.sinks.mysql.config import MySQLSinkConfig
 from drainer.sinks.mysql.connection import ConnectSettings, translate_error
 from drainer.sinks.mysql.control import DDL_WORKER, KEYLESS_WORKER, Control
@@ -224,11 +224,13 @@ class MySQLSink(Sink):
         seq = 0
         schema: row_pb2.TableSchema | None = None
         table: Table | None = None
+        serial: Key | None = None
         dispatched = 0
         for change in event.changes():
             if change.table is not schema:
                 schema = change.table
                 table = self._tables.get(schema)
+                serial = table.keys.serial if self.config.serial_unique_tables else None
             assert table is not None
             if not table.writer.keyed:
                 seq += 1
@@ -239,12 +241,13 @@ class MySQLSink(Sink):
                 op = Op(change.kind, table.writer, change.before, change.after, commit_ts, False, seq)
             else:
                 keys = table.keys.keys(change.before, change.after)
-                routed = causality.route(keys)
+                route = keys if serial is None else (serial, *keys)  # see causality: one worker per table
+                routed = causality.route(route)
                 if routed is None:
                     self.conflict_flushes += 1
                     if not self._barrier("conflict"):
                         return
-                    routed = causality.route(keys)
+                    routed = causality.route(route)
                     assert routed is not None
                 target = routed
                 op = Op(change.kind, table.writer, change.before, change.after, commit_ts, safe, 0, keys)

@@ -183,6 +183,8 @@ class Worker(threading.Thread):
                     return
                 attempt += 1
                 metrics.RETRIES.labels("worker").inc()
+                if _is_deadlock(failed.__cause__):
+                    metrics.DEADLOCKS.inc()
                 log.info(
                     "%s; worker %d applies its %d uncommitted changes again (attempt %d)",
                     error,
@@ -378,6 +380,13 @@ class WorkerPool:
         for worker in self.workers:
             worker.join(timeout=timeout)
         self.workers = []
+
+
+ER_LOCK_DEADLOCK = 1213
+
+
+def _is_deadlock(exc: BaseException | None) -> bool:
+    return isinstance(exc, pymysql.err.MySQLError) and bool(exc.args) and exc.args[0] == ER_LOCK_DEADLOCK
 
 
 class _Failed(Exception):
