@@ -4,7 +4,8 @@ Each benchmark is a module under ``bench/`` named in :data:`BENCHES`. It
 exposes ``add_arguments(parser)`` and ``run(args) -> dict``; progress goes to
 stderr, and the returned result is printed as one JSON object, the last line
 of stdout, with at least ``name``, ``value``, ``unit``, ``ceiling`` and
-``ratio`` (value / ceiling).
+``ratio`` (value / ceiling), and the machine's ``cores`` and ``load_avg``
+(:func:`bench.result.machine`, added here when a benchmark has not put them in).
 """
 
 from __future__ import annotations
@@ -56,5 +57,7 @@ def run(args: argparse.Namespace) -> int:
     missing = [k for k in REQUIRED_KEYS if k not in result]
     if missing:
         raise RuntimeError(f"benchmark {args.name} returned no {', '.join(missing)}")  # a bug in the bench
+    for key, value in importlib.import_module("bench.result").machine().items():
+        result.setdefault(key, value)
     print(json.dumps(result, sort_keys=False), flush=True)
     return 0
