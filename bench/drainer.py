@@ -263,6 +263,29 @@ def fetch_status(status_addr: str) -> dict[str, Any]:
         return dict(json.loads(reply.read()))
 
 
+def fetch_metrics(status_addr: str, prefix: str) -> dict[str, float]:
+    """The drainer's Prometheus samples whose name starts with ``prefix`` (``GET /metrics``), by
+    their full text before the value (name and labels)."""
+    with urllib.request.urlopen(f"http://{status_addr}/metrics", timeout=10) as reply:
+        text = reply.read().decode()
+    samples: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith(prefix):
+            name, _, value = line.rpartition(" ")
+            samples[name] = float(value)
+    return samples
+
+
+def mysql_sink_faults(status_addr: str) -> dict[str, int]:
+    """Deadlocks (error 1213) the MySQL sink's workers met, and every retry of a worker's open
+    transaction (deadlocks, lock wait timeouts, lost connections)."""
+    samples = fetch_metrics(status_addr, "bridge_sink_mysql_")
+    return {
+        "deadlocks": int(samples.get("bridge_sink_mysql_deadlocks_total", 0)),
+        "worker_retries": int(samples.get('bridge_sink_mysql_retries_total{scope="worker"}', 0)),
+    }
+
+
 async def wait_checkpoint(drainer: Child, last_ts: int, timeout: float) -> None:
     """Poll the drainer child's ``/status`` (every 50 ms) until its checkpoint reaches ``last_ts``;
     fails when it dies, reports a halt or takes longer than ``timeout`` from its ready line."""

@@ -59,6 +59,7 @@ from bench.drainer import (
     DRAINER_READY,
     PUMPS,
     drainer_toml,
+    mysql_sink_faults,
     spawn,
     start_cluster,
     table_schema,
@@ -271,6 +272,7 @@ async def measure(run: Run) -> dict[str, Any]:
             for watcher in watchers:
                 watcher.start()
                 watcher.ready.wait(30)
+            faults: dict[str, int] = {}
             try:
                 txns, took = await offer_load(client, tso, schema, args)
                 rows = sum(t.rows for t in txns)
@@ -282,6 +284,8 @@ async def measure(run: Run) -> dict[str, Any]:
                     args.timeout,
                 )
                 drainer.check_alive("binlog-bridge drainer")
+                if "mysql" in run.sinks:
+                    faults = await asyncio.to_thread(mysql_sink_faults, drainer.match.group(1))
             finally:
                 for watcher in watchers:
                     watcher.stop.set()
@@ -290,7 +294,7 @@ async def measure(run: Run) -> dict[str, Any]:
     figures: dict[str, Any] = {"rows": rows, "seconds": took}
     for watcher in watchers:
         if isinstance(watcher, MySQLWatcher):
-            figures["mysql"] = {**mysql_summary(txns, watcher.seen), "polls": watcher.polls}
+            figures["mysql"] = {**mysql_summary(txns, watcher.seen), "polls": watcher.polls, **faults}
         elif isinstance(watcher, KafkaWatcher):
             figures["kafka"] = kafka_summary(txns, watcher.seen)
         progress(f"{watcher.sink}: {figures[watcher.sink]}")

@@ -61,6 +61,7 @@ from bench.drainer import (
     DRAINER_READY,
     PUMPS,
     drainer_toml,
+    mysql_sink_faults,
     row_values,
     spawn,
     start_cluster,
@@ -208,9 +209,10 @@ async def measure_drainer(
     args: argparse.Namespace,
     dsn: Dsn,
     database: str,
-) -> tuple[float, float, CpuMeter]:
+) -> tuple[float, float, CpuMeter, dict[str, int]]:
     """(row changes/s of a drainer catching up from its ready line to a checkpoint at ``last_ts``,
-    the seconds it took, the CPU the drainer, the pumps and the server spent meanwhile)."""
+    the seconds it took, the CPU the drainer, the pumps and the server spent meanwhile, the
+    deadlocks and retries of the sink's workers)."""
     meta_addr, pump_addrs = cluster
     config = tmp / "drainer.toml"
     sink = MYSQL_SINK_TOML.format(
@@ -230,10 +232,12 @@ async def measure_drainer(
         await wait_checkpoint(drainer, last_ts, args.timeout)
         elapsed = time.perf_counter() - drainer.ready_at
         cpu.stop()
+        faults = await asyncio.to_thread(mysql_sink_faults, drainer.match.group(1))
     rate = args.rows / elapsed
     progress(f"drainer (mysql sink): {args.rows:,} row changes in {elapsed:.2f}s = {rate:,.0f} rows/s")
     progress(f"drainer phase, CPU us per row change: {cpu.per_row_us(args.rows)}")
-    return rate, elapsed, cpu
+    progress(f"drainer phase, deadlocks and worker retries: {faults}")
+    return rate, elapsed, cpu, faults
 
 
 def verify(dsn: Dsn, schema: row_pb2.TableSchema, model: Model, table: str = "") -> dict[str, Any]:
@@ -364,7 +368,7 @@ async def measure(args: argparse.Namespace, dsn: Dsn, mix: dict[str, int]) -> di
             async with contextlib.AsyncExitStack() as stack:
                 cluster = await start_cluster(stack, tmp, progress)
                 last_ts, model = await preload(cluster[0], schema, args, mix)
-                value, elapsed, drainer_cpu = await measure_drainer(
+                value, elapsed, drainer_cpu, faults = await measure_drainer(
                     tmp, cluster, last_ts, args, dsn, schema.db
                 )
         checked = verify(dsn, schema, model)
@@ -384,6 +388,7 @@ async def measure(args: argparse.Namespace, dsn: Dsn, mix: dict[str, int]) -> di
         },
         "model": model,
         "checked": checked,
+        "faults": faults,
     }
 
 
@@ -445,6 +450,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "downstream": f"{dsn.host}:{dsn.port}",
         },
         "verified": result["checked"],
+        # deadlocks (1213) among the sink's workers, and retries of a worker's open transaction
+        **result["faults"],
         "load_avg": [round(x, 2) for x in os.getloadavg()],
         "ceiling_is": f"one pymysql connection, multi-row INSERT of {args.ceiling_rows} rows per statement "
         "(each committed) of the same table shape into the same server; inserts only",

@@ -32,6 +32,7 @@ def test_bench_latency_every_row_reaches_both_sinks(kafka_bootstrap: str) -> Non
     for sink in figures["sinks"].values():
         assert 0 <= sink["p50_ms"] <= sink["p99_ms"] <= sink["max_ms"]
         assert len(sink["p99_ms_by_quarter"]) == 4
+    assert figures["sinks"]["mysql"]["deadlocks"] == 0 and "worker_retries" in figures["sinks"]["mysql"]
     assert figures["value"] == max(s["p99_ms"] for s in figures["sinks"].values())
     assert figures["ratio"] == pytest.approx(figures["value"] / figures["ceiling"], rel=1e-3)
     assert figures["cores"] >= 1 and len(figures["load_avg"]["after"]) == 3

@@ -33,6 +33,7 @@ def test_bench_mysql_prints_json_on_its_last_line() -> None:
     # progress on stderr; the replay's table is checked against the preload too
     assert "orders verified" in result.stderr and "replay_orders verified" in result.stderr
     assert "ceiling (pymysql" in result.stderr
+    assert figures["deadlocks"] == 0 and figures["worker_retries"] >= 0  # from the drainer's /metrics
     # CPU per row of each party, read from /proc: the drainer child and the ceiling's own client
     cpu = figures["cpu_us_per_row"]
     assert cpu["drainer_phase"]["drainer"] > 0 and cpu["ceiling"]["client"] > 0
