@@ -280,3 +280,17 @@ def test_drift_check_accepts_schemas_older_writers_saved() -> None:
     changed.CopyFrom(saved)
     changed.columns[2].generation_expression = "`a` * 100"
     assert not matches_live(changed, live)  # a writer that recorded it notices a change made behind it
+
+
+def test_sqlite_fills_a_clock_default_without_session_time_with_the_commit_time() -> None:
+    old = schema_with_computed_columns()
+    del old.columns[2:]
+    new = row_pb2.TableSchema()
+    new.CopyFrom(old)  # as binlog-bridge capture describes it: no session time
+    new.columns.add(
+        id=3, name="ts", type=T.DATETIME, default_value="current_timestamp()", default_is_expression=True
+    )
+    commit_ts = (SESSION_US // 1000) << 18  # a TSO timestamp at the same millisecond
+    change = Change(kind=Change.ALTER_TABLE, db="d", table="t", table_schema=new)
+    (add,) = SQLiteDDL(has_rows=lambda db, table: True).plan(change, old, commit_ts)
+    assert add[0].endswith("ADD COLUMN \"ts\" DATETIME NOT NULL DEFAULT '2023-11-14 22:13:20'")

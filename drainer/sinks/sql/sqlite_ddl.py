@@ -193,10 +193,10 @@ class SQLiteDDL:
             return None, None
         if not (column.default_is_expression and column.HasField("default_value")):
             return None, fill_value(column, commit_ts)
-        now = session_now(column, new.session_time_us)
-        if now is not None:
-            return None, now
         text = column.default_value.strip()
+        if _NOW.match(text):  # without a recorded session time (capture), the DDL's commit time
+            now = session_now(column, new.session_time_us)
+            return None, now if now is not None else fill_value(column, commit_ts)
         if portable(text, new, column):
             return text, None
         if self._has_rows(new.db, new.table):
