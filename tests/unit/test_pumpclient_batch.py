@@ -1,0 +1,186 @@
+"""The pump client's batcher without services: a PumpNode whose gRPC stub is an
+in-process stand-in that records each WriteBinlogs call and answers when the
+test lets it. What is checked: a lone binlog leaves at once; binlogs that
+arrive while calls are in flight leave together in the next call, within
+batch-max and batch-max-bytes; each binlog gets its own answer; a failed
+call fails its binlogs only; an expired binlog is not sent."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import grpc
+import pytest
+
+from bridge.errors import PumpRejected, PumpUnavailable
+from bridge.proto import pump_pb2
+from bridge.pumpclient import PumpClientConfig
+from bridge.pumpclient.node import PumpNode
+
+pytestmark = pytest.mark.timeout(30)
+
+
+class HeldStub:
+    """Records every WriteBinlogs call; each call waits for :meth:`release` unless ``hold`` is off."""
+
+    def __init__(self, answer: Callable[[list[bytes]], list[str]] | None = None) -> None:
+        self.calls: list[list[bytes]] = []
+        self.hold = True
+        self.fail_next = False
+        self._answer = answer or (lambda payloads: [""] * len(payloads))
+        self._gates: list[asyncio.Event] = []
+
+    async def WriteBinlogs(self, request: pump_pb2.WriteBinlogsReq, timeout: float) -> Any:
+        self.calls.append(list(request.payloads))
+        gate = asyncio.Event()
+        self._gates.append(gate)
+        if self.hold:
+            await gate.wait()
+        if self.fail_next:
+            self.fail_next = False
+            raise grpc.aio.AioRpcError(
+                grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(), "pump gone"
+            )
+        return pump_pb2.WriteBinlogsResp(errmsgs=self._answer(list(request.payloads)))
+
+    def release(self) -> None:
+        for gate in self._gates:
+            gate.set()
+
+    async def in_flight(self, calls: int) -> None:
+        while len(self.calls) < calls:
+            await asyncio.sleep(0)
+
+
+def run_with_node(
+    config: PumpClientConfig,
+    stub: HeldStub,
+    body: Callable[[PumpNode, list[tuple[PumpNode, bool]]], Awaitable[None]],
+) -> list[tuple[PumpNode, bool]]:
+    failures: list[tuple[PumpNode, bool]] = []
+
+    async def main() -> None:
+        node = PumpNode("pump-1", "127.0.0.1:1", config, 1, lambda n, gone: failures.append((n, gone)))
+        node._stub = stub  # type: ignore[assignment]  # the stand-in answers in place of a pump
+        try:
+            await body(node, failures)
+        finally:
+            stub.release()
+            await node.close(grace=1.0)
+
+    asyncio.run(main())
+    return failures
+
+
+def payload(n: int, size: int = 10) -> bytes:
+    return n.to_bytes(4, "big") * (size // 4)
+
+
+def test_a_lone_binlog_leaves_at_once_in_a_call_of_its_own() -> None:
+    stub = HeldStub()
+    stub.hold = False
+
+    async def body(node: PumpNode, failures: list[Any]) -> None:
+        await node.write(payload(1), "prewrite", timeout=5)
+        await node.write(payload(2), "commit", timeout=5)
+
+    run_with_node(PumpClientConfig(), stub, body)
+    assert stub.calls == [[payload(1)], [payload(2)]]
+
+
+def test_binlogs_arriving_while_a_call_is_in_flight_leave_together_within_batch_max() -> None:
+    stub = HeldStub()
+    config = PumpClientConfig(max_inflight_batches=1, batch_max=16)
+
+    async def body(node: PumpNode, failures: list[Any]) -> None:
+        first = asyncio.ensure_future(node.write(payload(0), "prewrite", timeout=5))
+        await stub.in_flight(1)
+        rest = [asyncio.ensure_future(node.write(payload(n), "prewrite", timeout=5)) for n in range(1, 41)]
+        await asyncio.sleep(0)
+        stub.hold = False
+        stub.release()
+        await asyncio.gather(first, *rest)
+
+    run_with_node(config, stub, body)
+    assert [len(call) for call in stub.calls] == [1, 16, 16, 8]
+    assert [p for call in stub.calls for p in call] == [payload(n) for n in range(41)]  # in arrival order
+
+
+def test_a_batch_stops_at_batch_max_bytes() -> None:
+    stub = HeldStub()
+    config = PumpClientConfig(max_inflight_batches=1, batch_max=512, batch_max_bytes=100)
+
+    async def body(node: PumpNode, failures: list[Any]) -> None:
+        first = asyncio.ensure_future(node.write(payload(0, 40), "prewrite", timeout=5))
+        await stub.in_flight(1)
+        rest = [asyncio.ensure_future(node.write(payload(n, 40), "prewrite", timeout=5)) for n in range(1, 6)]
+        await asyncio.sleep(0)
+        stub.hold = False
+        stub.release()
+        await asyncio.gather(first, *rest)
+
+    run_with_node(config, stub, body)
+    assert [len(call) for call in stub.calls] == [1, 2, 2, 1]
+
+
+def test_each_binlog_of_a_batch_gets_its_own_answer() -> None:
+    stub = HeldStub(answer=lambda payloads: ["bad binlog" if p == payload(2) else "" for p in payloads])
+    config = PumpClientConfig(max_inflight_batches=1)
+
+    async def body(node: PumpNode, failures: list[Any]) -> None:
+        first = asyncio.ensure_future(node.write(payload(0), "prewrite", timeout=5))
+        await stub.in_flight(1)
+        rest = [asyncio.ensure_future(node.write(payload(n), "prewrite", timeout=5)) for n in (1, 2, 3)]
+        await asyncio.sleep(0)
+        stub.hold = False
+        stub.release()
+        results = await asyncio.gather(first, *rest, return_exceptions=True)
+        assert results[0] is None and results[1] is None and results[3] is None
+        assert isinstance(results[2], PumpRejected) and "bad binlog" in str(results[2])
+
+    failures = run_with_node(config, stub, body)
+    assert [len(call) for call in stub.calls] == [1, 3]
+    assert failures == []  # a refused binlog is not the pump's failure
+
+
+def test_a_failed_call_fails_its_binlogs_only_and_reports_the_pump() -> None:
+    stub = HeldStub()
+    config = PumpClientConfig(max_inflight_batches=1)
+
+    async def body(node: PumpNode, failures: list[Any]) -> None:
+        first = asyncio.ensure_future(node.write(payload(0), "prewrite", timeout=5))
+        await stub.in_flight(1)
+        second = [asyncio.ensure_future(node.write(payload(n), "prewrite", timeout=5)) for n in (1, 2)]
+        await asyncio.sleep(0)
+        stub.fail_next = True
+        stub.hold = False
+        stub.release()
+        with pytest.raises(PumpUnavailable, match="UNAVAILABLE"):
+            await first
+        await asyncio.gather(*second)  # the next call, after the failed one, succeeds
+        assert node.consecutive_errors == 0
+
+    failures = run_with_node(config, stub, body)
+    assert len(failures) == 1 and failures[0][1] is True  # UNAVAILABLE: the process is gone
+    assert [len(call) for call in stub.calls] == [1, 2]
+
+
+def test_a_binlog_that_waited_past_its_timeout_fails_and_is_not_sent() -> None:
+    stub = HeldStub()
+    config = PumpClientConfig(max_inflight_batches=1, rpc_timeout=3.0)
+
+    async def body(node: PumpNode, failures: list[Any]) -> None:
+        first = asyncio.ensure_future(node.write(payload(0), "prewrite", timeout=5))
+        await stub.in_flight(1)
+        # 0.05 s is below the worst wait the batcher can promise, so this one runs a timer.
+        with pytest.raises(PumpUnavailable, match="no answer within"):
+            await node.write(payload(1), "prewrite", timeout=0.05)
+        stub.hold = False
+        stub.release()
+        await first
+        await node.write(payload(2), "prewrite", timeout=5)
+
+    run_with_node(config, stub, body)
+    assert stub.calls == [[payload(0)], [payload(2)]]
