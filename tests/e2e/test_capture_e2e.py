@@ -97,7 +97,7 @@ def test_snapshot_and_stream_under_sql_load_replicate_into_mysql(pipeline: Pipel
     workload.start()
     try:
         pipeline.capture.start()
-        time.sleep(8)  # load while streaming (not a timing assertion)
+        time.sleep(5)  # load while streaming (not a timing assertion)
     finally:
         workload.stop()
     assert workload.transactions > 50 and workload.ddl > 0
@@ -163,7 +163,7 @@ def test_capture_through_the_kafka_sink_and_consume_apply(
         copied = int(re.search(rf"snapshot of {db}\.items: (\d+) rows", capture.child.output).group(1))
         topic = f"{unique_name}.{db}.items"
         argv = [sys.executable, "-m", "bridge.cli", "consume", "--bootstrap-servers", kafka_bootstrap]
-        argv += ["--topic", topic, "--from-beginning", "--idle-timeout", "10"]
+        argv += ["--topic", topic, "--from-beginning", "--until-ts", str(final_ts), "--idle-timeout", "60"]
         printed = subprocess.run(argv, capture_output=True, text=True, check=False)
         ops = [json.loads(line)["op"] for line in printed.stdout.splitlines() if line.startswith("{")]
         assert ops.count("r") == copied >= 500, printed.stderr[-2000:]  # the snapshot's rows, marked r
