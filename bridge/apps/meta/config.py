@@ -50,9 +50,11 @@ class TsoConfig:
 
 @dataclass
 class EtcdSecurityConfig(SecurityConfig):
-    """``[etcd-security]``: the CA that signed etcd's certificate, and this member's client
-    certificate when etcd demands one (``--client-cert-auth``). Only with ``https://`` URLs;
-    with none of them set, https uses the system's CA store."""
+    """``[etcd-security]``: TLS to etcd (``https://`` URLs in ``etcd``); see docs/security.md.
+
+    ``ssl-ca`` is the CA that signed etcd's certificate (empty: the system's CA
+    store); ``ssl-cert`` and ``ssl-key`` this member's client certificate, for an
+    etcd started with ``--client-cert-auth``."""
 
     section = "etcd-security"
 

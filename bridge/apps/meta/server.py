@@ -187,7 +187,7 @@ class MetaServer:
             )
         except OSError as exc:
             raise ConfigError(f"status-addr: cannot listen on {host}:{port}: {exc.strerror}") from exc
-        log.info("metrics on http://%s:%d/metrics", host, port)
+        log.info("metrics on %s://%s:%d/metrics", "https" if security.ssl_cert else "http", host, port)
 
     def ready_line(self) -> str:
         member = self.member
