@@ -176,7 +176,15 @@ class Drainer:
 
     def _puller(self, name: str, addr: str) -> PumpPuller:
         config = self.config
-        return PumpPuller(name, addr, self.cluster_id, self.feed, config.security, config.max_message_size)
+        return PumpPuller(
+            name,
+            addr,
+            self.cluster_id,
+            self.feed,
+            config.security,
+            config.max_message_size,
+            unreachable_after=config.pump_unreachable_timeout,
+        )
 
     def refresh_metrics(self) -> None:
         self.collector.refresh_metrics()

@@ -164,6 +164,14 @@ class DrainerConfig(NodeAddressing):
     heartbeat_interval: float = field(
         default=2.0, metadata={"duration": True, "help": "registry heartbeat period; TTL = 3x this"}
     )
+    pump_unreachable_timeout: float = field(
+        default=30.0,
+        metadata={
+            "duration": True,
+            "help": "a pump nothing was pulled from for this long is shown and logged as unreachable "
+            "(the merge still waits for it)",
+        },
+    )
     flush_interval: float = field(
         default=1.0, metadata={"duration": True, "help": "longest time written events wait for sink.flush()"}
     )
@@ -218,6 +226,7 @@ class DrainerConfig(NodeAddressing):
     def _validate_tuning(self) -> None:
         _positive("heartbeat-interval", self.heartbeat_interval, 0.05, 60)
         _positive("flush-interval", self.flush_interval, 0.001, 600)
+        _positive("pump-unreachable-timeout", self.pump_unreachable_timeout, 0.1, 86400)
         _positive("checkpoint-interval", self.checkpoint_interval, 0.001, 3600)
         _positive("resolved-interval", self.resolved_interval, 0.001, 600)
         _positive("txn-batch", self.txn_batch, 1, 1 << 20)

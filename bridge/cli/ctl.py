@@ -19,7 +19,7 @@ from typing import Any
 from bridge.cli.nodectl import STATE_ACTIONS, find_node, post_state
 from bridge.cli.nodegone import OFFLINE_HELP, PRUNE_HELP, REMOVE_HELP, mark_offline, prune, remove
 from bridge.errors import UserError
-from bridge.grpcutil import SecurityConfig
+from bridge.grpcutil import SecurityConfig, aio_channel
 from bridge.meta.client import DEFAULT_ADDR, MetaClient
 from bridge.meta.nodes import KIND_NAMES, STATE_NAMES, wall_time
 from bridge.proto import meta_pb2
@@ -34,6 +34,7 @@ is down keeps it waiting; after --timeout it exits 1 naming the drainers
 behind.
 """
 WAIT_POLL_MS = 1000
+PROBE_TIMEOUT = 2.0  # seconds `ctl nodes` waits for a pump's gRPC port to accept a connection
 NODE_COLUMNS = (
     "KIND",
     "NODE ID",
@@ -122,7 +123,7 @@ async def _run(args: argparse.Namespace, security: SecurityConfig) -> int:
         if args.action == "tso":
             print(await client.get_timestamp())
         elif args.action in ("nodes", "drainers"):
-            await list_nodes(client, args)
+            await list_nodes(client, args, security)
         elif args.action == "offline":
             await mark_offline(client, args.node_id, args.yes, security)
         elif args.action == "remove":
@@ -140,7 +141,7 @@ async def _run(args: argparse.Namespace, security: SecurityConfig) -> int:
     return 0
 
 
-async def list_nodes(client: MetaClient, args: argparse.Namespace) -> None:
+async def list_nodes(client: MetaClient, args: argparse.Namespace, security: SecurityConfig) -> None:
     """``ctl nodes`` / ``ctl drainers``: a table, or a JSON array of nodes with ``--output json``."""
     if args.action == "drainers":
         kind = meta_pb2.DRAINER
@@ -150,8 +151,12 @@ async def list_nodes(client: MetaClient, args: argparse.Namespace) -> None:
     for error in response.errors:
         print(f"warning: {error}", file=sys.stderr)
     now = time.time()
+    unreachable = await unreachable_pumps(response.nodes, security)
     if args.output == "json":
         rows = [node_json(n, now) for n in response.nodes]
+        for row in rows:
+            if row["kind"] == "pump" and row["state"] != "offline":
+                row["reachable"] = row["node_id"] not in unreachable
         print(json.dumps(rows, indent=1))
     elif args.action == "drainers":
         print_table([drainer_row(n, now) for n in response.nodes], DRAINER_COLUMNS)
@@ -159,6 +164,36 @@ async def list_nodes(client: MetaClient, args: argparse.Namespace) -> None:
     else:
         print_table([node_row(n) for n in response.nodes])
         print_failures(response.nodes)
+        print_unreachable(response.nodes, unreachable)
+
+
+async def unreachable_pumps(nodes: Iterable[meta_pb2.NodeStatus], security: SecurityConfig) -> dict[str, str]:
+    """node id -> why, for each registered pump that is not OFFLINE and whose gRPC
+    address accepts no connection from here within PROBE_TIMEOUT (drainers wait for it)."""
+    pumps = [n for n in nodes if n.kind == meta_pb2.PUMP and n.state != meta_pb2.OFFLINE]
+
+    async def probe(node: meta_pb2.NodeStatus) -> str:
+        channel = aio_channel(node.addr, security)
+        try:
+            await asyncio.wait_for(channel.channel_ready(), PROBE_TIMEOUT)
+        except TimeoutError:
+            return f"no connection to {node.addr} within {PROBE_TIMEOUT:g}s"
+        finally:
+            await channel.close()
+        return ""
+
+    answers = await asyncio.gather(*(probe(n) for n in pumps))
+    return {n.node_id: why for n, why in zip(pumps, answers, strict=True) if why}
+
+
+def print_unreachable(nodes: Iterable[meta_pb2.NodeStatus], unreachable: dict[str, str]) -> None:
+    """Under the table, one line per registered pump nothing answers at."""
+    for node in nodes:
+        if node.node_id in unreachable and node.kind == meta_pb2.PUMP:
+            print(
+                f"pump {node.node_id} is unreachable: {unreachable[node.node_id]}; drainers wait for it "
+                f"(never skip it); if it is gone for good: binlog-bridge ctl offline {node.node_id}"
+            )
 
 
 def print_failures(nodes: Iterable[meta_pb2.NodeStatus]) -> None:

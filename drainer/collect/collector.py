@@ -243,6 +243,7 @@ class Collector:
                     connected=puller[0].status.connected,
                     connects=puller[0].status.connects,
                     last_error=puller[0].status.last_error or None,
+                    unreachable=puller[0].status.unreachable,
                 )
             out.append(entry)
         return out

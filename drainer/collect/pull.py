@@ -8,6 +8,14 @@ pump restarted, was SIGKILLed, the network failed) it reconnects with
 backoff from the position it reached, so nothing is asked for twice except
 what a pump re-sends on its own, which the merger drops.
 
+A pump the drainer cannot pull is never skipped: it may hold committed
+transactions, so the merge waits for its watermark. When no stream has
+delivered anything for ``unreachable_after`` seconds (the drainer's
+``pump-unreachable-timeout``) the puller marks the pump *unreachable* in
+``/status`` and logs, once, that the merge waits for it and how to let it go
+(``binlog-bridge ctl offline`` when it is gone for good); it logs again when
+the pump answers.
+
 An entity is read without parsing the whole binlog: :func:`scan_header`
 walks the top-level protobuf fields of the payload and notes where
 ``prewrite_value`` lies, so a transaction of a million rows is held as one
@@ -40,6 +48,7 @@ log = logging.getLogger(__name__)
 INITIAL_BACKOFF = 0.1
 MAX_BACKOFF = 2.0
 ERROR_LOG_EVERY = 10.0  # seconds between repeated "cannot pull" warnings for one pump
+UNREACHABLE_AFTER = 30.0  # default pump-unreachable-timeout, seconds
 SCAN_FROM_BYTES = 64 << 10  # larger payloads are scanned, not parsed, so their rows are not copied
 
 _VARINT, _FIXED64, _LENGTH, _FIXED32 = 0, 1, 2, 5
@@ -164,6 +173,7 @@ class PullerStatus:
     messages: int = 0
     last_error: str = ""
     last_error_at: float = 0.0
+    unreachable: bool = False  # nothing pulled for unreachable_after seconds: the merge waits for it
 
 
 class PumpPuller:
@@ -181,8 +191,11 @@ class PumpPuller:
         feed: MergeFeed,
         security: SecurityConfig | None = None,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        unreachable_after: float = UNREACHABLE_AFTER,
     ) -> None:
         self.name = name
+        self._unreachable_after = unreachable_after
+        self._delivered_at = time.monotonic()  # the last time a stream delivered (or the start)
         self.status = PullerStatus(addr)
         self._cluster_id = cluster_id
         self._feed = feed
@@ -221,8 +234,10 @@ class PumpPuller:
         delivered = False
         try:
             async for response in call:
+                self._delivered_at = time.monotonic()
                 if not delivered:
                     delivered = True
+                    self._reachable_again()
                     self.status.connected = True
                     self.status.connects += 1
                     log.info("pulling pump %s at %s from commit_ts %d", self.name, self.addr, after)
@@ -236,11 +251,27 @@ class PumpPuller:
             call.cancel()
         return delivered
 
+    def _reachable_again(self) -> None:
+        if self.status.unreachable:
+            self.status.unreachable = False
+            log.warning("pump %s at %s is reachable again: the merge goes on", self.name, self.addr)
+
     def _failed(self, why: str, after: int) -> None:
         self.status.last_error = why
         self.status.last_error_at = time.time()
         metrics.ERRORS.labels("pull").inc()
         now = time.monotonic()
+        if not self.status.unreachable and now - self._delivered_at >= self._unreachable_after:
+            self.status.unreachable = True
+            log.warning(
+                "the merge waits for pump %s at %s: unreachable for %.0fs (%s). It is not skipped "
+                "(it may hold committed transactions); if it is gone for good: binlog-bridge ctl offline %s",
+                self.name,
+                self.addr,
+                now - self._delivered_at,
+                why,
+                self.name,
+            )
         if now - self._last_warning >= ERROR_LOG_EVERY:
             self._last_warning = now
             log.warning(

@@ -1,0 +1,108 @@
+"""A ghost pump (issue 15): a raw gRPC Heartbeat registers an ONLINE pump at an
+address where nothing listens. The drainer waits for it (never skips it), marks
+it unreachable after ``pump-unreachable-timeout`` and says so in its log and
+``/status``; ``ctl nodes`` shows it; once an operator lets it go (``ctl
+offline``) the drainer delivers everything, equal to what was written."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from bridge.proto import meta_pb2, meta_pb2_grpc
+from tests.support.drainer_cluster import (
+    DrainerProcess,
+    Producer,
+    delivered,
+    expected_records,
+    strip_ddl_details,
+    table,
+)
+from tests.support.process import ChildProcess, free_port, run_cli, wait_until
+from tests.support.pump_server import PumpProcess, start_meta
+
+pytestmark = pytest.mark.timeout(180)
+
+GHOST_TTL_MS = 1500
+
+
+@pytest.fixture
+def meta_addr(tmp_path: Path, children: list[ChildProcess]) -> str:
+    child, addr = start_meta(tmp_path)
+    children.append(child)
+    return addr
+
+
+@pytest.fixture
+def pump(tmp_path: Path, meta_addr: str) -> Iterator[PumpProcess]:
+    pump = PumpProcess(tmp_path, meta_addr)
+    pump.start()
+    yield pump
+    pump.kill()
+
+
+def register_ghost(meta_addr: str) -> None:
+    async def heartbeat() -> None:
+        async with grpc.aio.insecure_channel(meta_addr) as channel:
+            status = meta_pb2.NodeStatus(
+                node_id="ghost",
+                kind=meta_pb2.PUMP,
+                addr=f"127.0.0.1:{free_port()}",  # nothing listens there
+                state=meta_pb2.ONLINE,
+                ttl_ms=GHOST_TTL_MS,
+            )
+            await meta_pb2_grpc.MetaStub(channel).Heartbeat(meta_pb2.HeartbeatRequest(status=status))
+
+    asyncio.run(asyncio.wait_for(heartbeat(), 30))
+
+
+def inserts(producer: Producer, start: int, count: int) -> int:
+    for i in range(start, start + count):
+        last = producer.txn([("insert", "users", None, (i, f"u{i}"))])
+    return last.commit_ts
+
+
+def test_a_ghost_pump_is_waited_for_shown_unreachable_and_let_go_by_an_operator(
+    pump: PumpProcess, tmp_path: Path, meta_addr: str
+) -> None:
+    drainer = DrainerProcess(tmp_path, meta_addr, extra_config='pump-unreachable-timeout = "1s"')
+    drainer.start()
+    producer = Producer(meta_addr)
+    try:
+        producer.create(table("users", 10))
+        drainer.wait_checkpoint(inserts(producer, 0, 3))
+        register_ghost(meta_addr)
+        wait_until(
+            lambda: any(p["node_id"] == "ghost" for p in drainer.status()["pumps"]),
+            timeout=60,
+            what="the drainer to merge the ghost pump",
+        )
+        last = inserts(producer, 3, 3)
+        wait_until(
+            lambda: "the merge waits for pump ghost" in drainer.output,
+            timeout=60,
+            what=f"the drainer to say it waits for the ghost; output:\n{drainer.output[-3000:]}",
+        )
+        (ghost,) = [p for p in drainer.status()["pumps"] if p["node_id"] == "ghost"]
+        assert ghost["unreachable"] is True and ghost["connected"] is False
+        assert drainer.checkpoint()["commitTS"] < last  # it waits: nothing past the ghost's watermark
+        listed = run_cli("ctl", "--meta", meta_addr, "nodes")
+        assert listed.returncode == 0, listed.stderr
+        assert "pump ghost is unreachable" in listed.stdout, listed.stdout
+        assert "pump pump-1 is unreachable" not in listed.stdout
+        # Once its heartbeat has expired an operator lets it go; everything is delivered.
+        wait_until(
+            lambda: run_cli("ctl", "--meta", meta_addr, "offline", "ghost", "--yes").returncode == 0,
+            timeout=60,
+            what="ctl offline ghost to succeed once the ghost is not alive",
+        )
+        drainer.wait_checkpoint(last)
+        assert strip_ddl_details(delivered(drainer.records())) == expected_records(producer.written)
+    finally:
+        producer.close()
+        drainer.kill()
+    assert "Traceback" not in drainer.output
