@@ -136,7 +136,10 @@ class DdlRunner:
         try:
             executor.execute(plan.sql)
         finally:
-            executor.execute("SET timestamp = DEFAULT")
+            try:
+                executor.execute("SET timestamp = DEFAULT")
+            except UpstreamError as exc:  # a broken session is not reused; the DDL's own error matters
+                log.warning("resetting the session time after a DDL failed: %s", exc)
 
     def _plan(self, statement: DdlStatement, sql: str, book: Session) -> _Plan | None:
         """Lock the table (or reserve an id); None when the statement is a no-op."""

@@ -294,3 +294,20 @@ def test_sqlite_fills_a_clock_default_without_session_time_with_the_commit_time(
     change = Change(kind=Change.ALTER_TABLE, db="d", table="t", table_schema=new)
     (add,) = SQLiteDDL(has_rows=lambda db, table: True).plan(change, old, commit_ts)
     assert add[0].endswith("ADD COLUMN \"ts\" DATETIME NOT NULL DEFAULT '2023-11-14 22:13:20'")
+
+
+def test_sqlite_adds_a_virtual_generated_column_in_place() -> None:
+    old = schema_with_computed_columns()
+    del old.columns[2:]
+    new = schema_with_computed_columns()
+    del new.columns[3:]  # id, a, g (VIRTUAL)
+    conn = sqlite3.connect(":memory:")
+    ddl = SQLiteDDL(has_rows=lambda db, table: True)
+    sqlite_apply(
+        ddl.plan(Change(kind=Change.CREATE_TABLE, db="d", table="t", table_schema=old), None, 0), conn
+    )
+    conn.execute("INSERT INTO t (id, a) VALUES (1, 7)")
+    plan = ddl.plan(Change(kind=Change.ALTER_TABLE, db="d", table="t", table_schema=new), old, 0)
+    assert plan == [('ALTER TABLE "db:d"."t" ADD COLUMN "g" INT GENERATED ALWAYS AS (`a` * 10) VIRTUAL', ())]
+    sqlite_apply(plan, conn)
+    assert conn.execute("SELECT g FROM t").fetchall() == [(70,)]
