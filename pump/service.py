@@ -233,8 +233,12 @@ class PumpService:
             write.add_done_callback(lambda task: self._finish(task, accepted))
             results = await asyncio.shield(write)
             elapsed = time.perf_counter() - started
-            for (binlog, _), result in zip(accepted.binlogs, results, strict=True):
-                tally[_KINDS[binlog.tp], result] += 1
+            if accepted.error is None and "invalid" not in results:  # all stored: count by type in C
+                for tp, count in Counter([binlog.tp for binlog, _ in accepted.binlogs]).items():
+                    tally[_KINDS[tp], "ok"] += count
+            else:
+                for (binlog, _), result in zip(accepted.binlogs, results, strict=True):
+                    tally[_KINDS[binlog.tp], result] += 1
             # Once per call and type, not per binlog: every binlog of a call
             # waits the same time, and an observation per binlog cost ~7 % CPU.
             for kind in {kind for (kind, result) in tally if result == "ok"}:
