@@ -1,4 +1,11 @@
-"""A ghost pump (issue 15): a raw gRPC Heartbeat registers an ONLINE pump at an
+"""Hardening seen from the drainer's sink (issue 15), with real `binlog-bridge
+meta`, `pump` and `drainer` children and raw gRPC clients.
+
+Timestamp poisoning: binlogs whose timestamps the TSO never issued are refused
+by the pump, and every transaction written after them reaches the sink, equal
+to what was written.
+
+A ghost pump: a raw gRPC Heartbeat registers an ONLINE pump at an
 address where nothing listens. The drainer waits for it (never skips it), marks
 it unreachable after ``pump-unreachable-timeout`` and says so in its log and
 ``/status``; ``ctl nodes`` shows it; once an operator lets it go (``ctl
@@ -13,10 +20,15 @@ from pathlib import Path
 import grpc
 import pytest
 
-from bridge.proto import meta_pb2, meta_pb2_grpc
+from bridge import tso
+from bridge.binlog import TableMutationBuilder, commit, prewrite
+from bridge.grpcutil import aio_channel
+from bridge.proto import binlog_pb2, meta_pb2, meta_pb2_grpc, pump_pb2, pump_pb2_grpc
+from bridge.rowcodec import RowCodec
 from tests.support.drainer_cluster import (
     DrainerProcess,
     Producer,
+    Written,
     delivered,
     expected_records,
     strip_ddl_details,
@@ -106,3 +118,61 @@ def test_a_ghost_pump_is_waited_for_shown_unreachable_and_let_go_by_an_operator(
         producer.close()
         drainer.kill()
     assert "Traceback" not in drainer.output
+
+
+def poison(pump_addr: str, cluster_id: int, binlogs: list[binlog_pb2.Binlog]) -> list[str]:
+    """Write each binlog with a raw WriteBinlog; the status code (or errmsg) of each."""
+
+    async def write_all() -> list[str]:
+        answers = []
+        async with aio_channel(pump_addr) as channel:
+            stub = pump_pb2_grpc.PumpStub(channel)
+            for binlog in binlogs:
+                request = pump_pb2.WriteBinlogReq(clusterID=cluster_id, payload=binlog.SerializeToString())
+                try:
+                    answers.append((await stub.WriteBinlog(request)).errmsg or "OK")
+                except grpc.aio.AioRpcError as exc:
+                    answers.append(exc.code().name)
+        return answers
+
+    return asyncio.run(asyncio.wait_for(write_all(), 30))
+
+
+def test_poisoned_timestamps_are_refused_and_every_later_transaction_reaches_the_sink(
+    pump: PumpProcess, tmp_path: Path, meta_addr: str
+) -> None:
+    drainer = DrainerProcess(tmp_path, meta_addr)
+    drainer.start()
+    producer = Producer(meta_addr)
+    try:
+        schema = table("users", 10)
+        producer.create(schema)
+        inserts(producer, 0, 3)
+        # A transaction whose Prewrite is real; a raw client tries to commit it an hour ahead.
+        mutation = TableMutationBuilder(schema.table_id)
+        mutation.insert(RowCodec(schema).encode((100, "real")))
+        start_ts = producer.client.get_timestamp()
+        producer.client.write_binlog(prewrite(start_ts, [mutation.build()]))
+        hour_ahead = tso.compose(tso.physical_ms(producer.client.get_timestamp()) + 3_600_000, 0)
+        cluster_id = producer.client.cluster_id
+        answers = poison(
+            pump.addr,
+            cluster_id,
+            [
+                prewrite(1 << 62, [mutation.build()]),
+                commit(start_ts, hour_ahead),
+                commit(1 << 62, (1 << 62) + 1),
+            ],
+        )
+        assert answers == ["OUT_OF_RANGE"] * 3
+        commit_ts = producer.client.get_timestamp()
+        producer.client.write_binlog(commit(start_ts, commit_ts))
+        change = {"kind": "insert", "table": "shop.users", "before": None, "after": [100, "real"]}
+        producer.written.append(Written(commit_ts, start_ts, "txn", [change]))
+        last = inserts(producer, 3, 3)
+        drainer.wait_checkpoint(last)
+        assert strip_ddl_details(delivered(drainer.records())) == expected_records(producer.written)
+    finally:
+        producer.close()
+        drainer.kill()
+    assert "Traceback" not in drainer.output and "Traceback" not in pump.output
