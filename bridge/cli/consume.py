@@ -16,6 +16,12 @@ target remembers what it applied: run again, it goes on where it stopped.
 schemas come from the DDL topic: a table created before the drainer
 started has none (see docs/consume.md).
 
+With ``--group NAME`` (printing only) the offsets of the messages printed
+are committed to the consumer group NAME after each batch is written out,
+and a run with the same NAME starts each partition where the group stopped
+(a partition the group never committed starts as without ``--group``), so a
+restarted consumer neither misses nor repeats a message it printed.
+
 Progress goes to stderr; SIGTERM or SIGINT stops after the batch at hand.
 A run that ends without any topic matching ``--prefix`` (a typo, another
 sink's prefix) warns so and exits 1.
@@ -46,6 +52,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--from-beginning", action="store_true", help="print from the start of each partition (default: new)"
+    )
+    parser.add_argument(
+        "--group",
+        default=None,
+        metavar="NAME",
+        help="commit the offsets printed to consumer group NAME; a run with the same NAME resumes there",
     )
     parser.add_argument(
         "--consumer-config",
@@ -99,6 +111,13 @@ def check(args: argparse.Namespace) -> None:
         raise UserError("--apply needs --prefix: it reads every table topic and the DDL topic of the prefix")
     if args.apply is not None and args.topic:
         raise UserError("--apply reads every topic of --prefix; drop --topic")
+    if args.group is not None and args.apply is not None:
+        raise UserError(
+            "--group is for printing: --apply reads every topic from the beginning (the table schemas come "
+            "from the DDL topic) and the target remembers what it applied"
+        )
+    if args.group is not None and not args.group.strip():
+        raise UserError("--group: must not be empty")
     if args.until_ts is not None and args.until_ts < 0:
         raise UserError("--until-ts: must be a commit_ts (>= 0)")
     if args.idle_timeout is not None and args.idle_timeout <= 0:
@@ -140,6 +159,7 @@ def run(args: argparse.Namespace) -> int:
         schema_wait=args.schema_wait,
         consumer_settings=client_settings,
         registry_settings=schema_registry,
+        group=args.group,
     )
     try:
         if applier is None:

@@ -2,14 +2,20 @@
 
 :class:`ChangeReader` owns one ``confluent_kafka.Consumer`` that never joins
 a consumer group: it ``assign``s every partition of the topics it reads
-(from the beginning, or the end), so several consumers never share the work
-and no offsets are committed. Topics are the ``--topic`` names, or, with a
-prefix, every table topic ``{prefix}.*`` and the DDL topic ``{prefix}._ddl``
-plus any topic a DDL event names (a custom ``topic-template``). Metadata is
-listed again every ``refresh_interval`` seconds and whenever a DDL event
-names a topic not assigned yet; new partitions are assigned from their
-beginning. No broker answering the first listing is an error; later, an
-outage is logged and waited out (librdkafka reconnects by itself).
+(from the beginning, or the end), so several consumers never share the work.
+Without ``group`` no offsets are committed. With ``group`` (``consume
+--group NAME``) each partition starts at the offset the group committed for
+it (where none is committed: from the beginning, or the end, as without a
+group), and :meth:`ChangeReader.commit` commits the offsets the caller says
+it has handled, so a consumer restarted with the same group resumes there.
+
+Topics are the ``--topic`` names, or, with a prefix, every table topic
+``{prefix}.*`` and the DDL topic ``{prefix}._ddl`` plus any topic a DDL
+event names (a custom ``topic-template``). Metadata is listed again every
+``refresh_interval`` seconds and whenever a DDL event names a topic not
+assigned yet; new partitions are assigned from their beginning. No broker
+answering the first listing is an error; later, an outage is logged and
+waited out (librdkafka reconnects by itself).
 
 Both encodings are decoded by :class:`bridge.avro.Decoder`: the Confluent
 wire format with a schema registry (``--schema-registry-url``), and Avro
@@ -74,12 +80,15 @@ def librdkafka_logger() -> logging.Logger:
     return logger
 
 
-def consumer_config(bootstrap: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """A consumer that assigns partitions itself (the group id is never joined nor committed to)."""
+def consumer_config(
+    bootstrap: str, extra: dict[str, Any] | None = None, group: str | None = None
+) -> dict[str, Any]:
+    """A consumer that assigns partitions itself; the group id is never joined, and committed to
+    only when ``group`` names it (otherwise a throwaway id)."""
     config: dict[str, Any] = {
         "logger": librdkafka_logger(),
         "bootstrap.servers": bootstrap,
-        "group.id": f"binlog-bridge-consume-{os.getpid()}-{uuid.uuid4().hex[:8]}",
+        "group.id": group or f"binlog-bridge-consume-{os.getpid()}-{uuid.uuid4().hex[:8]}",
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
         "auto.offset.reset": "earliest",
@@ -183,6 +192,7 @@ class ChangeReader:
         on_assign: Callable[[str, list[int]], None] | None = None,
         consumer_settings: dict[str, Any] | None = None,
         registry_settings: dict[str, Any] | None = None,
+        group: str | None = None,
     ) -> None:
         if not topics and not prefix:
             raise UserError("give --topic (one or more) or --prefix")
@@ -193,6 +203,8 @@ class ChangeReader:
         schemas_prefix = prefix or self.topics[0].split(".", 1)[0]
         self.schemas_topic = f"{schemas_prefix}{SCHEMAS_SUFFIX}"
         self.from_beginning = from_beginning
+        self.group = group
+        self.committed: dict[tuple[str, int], int] = {}  # what this run committed for the group
         self.decode_keys = decode_keys
         self.refresh_interval = refresh_interval
         self.on_assign = on_assign
@@ -209,7 +221,7 @@ class ChangeReader:
         self._errors: list[KafkaError] = []  # reported by librdkafka, not logged yet
         self._decoder = self._build_decoder(registry_url, schema_wait, registry_settings or {})
         self._consumer = new_consumer(
-            consumer_config(bootstrap, {"error_cb": self._on_error, **self._settings})
+            consumer_config(bootstrap, {"error_cb": self._on_error, **self._settings}, group)
         )
 
     # ------------------------------------------------------------ set-up
@@ -308,12 +320,48 @@ class ChangeReader:
             partitions += [KafkaPartition(name, n, offset) for n in numbers]
             new.append(name)
         if partitions:
+            if self.group:
+                partitions = self._group_offsets(partitions)
             self._consumer.incremental_assign(partitions)
             for name in new:
                 log.info("consume: reading topic %s (%d partitions)", name, len(self.assigned[name]))
                 if self.on_assign is not None:
                     self.on_assign(name, self.assigned[name])
         return new
+
+    def _group_offsets(self, partitions: list[KafkaPartition]) -> list[KafkaPartition]:
+        """``partitions`` starting where the group committed (the given offset where it did not)."""
+        try:
+            committed = self._consumer.committed(
+                [KafkaPartition(p.topic, p.partition) for p in partitions], timeout=METADATA_TIMEOUT
+            )
+        except KafkaException as exc:
+            raise ConsumeError(f"--group {self.group}: cannot read the committed offsets: {exc}") from None
+        found = {(c.topic, c.partition): c.offset for c in committed if c.error is None and c.offset >= 0}
+        for p in partitions:
+            offset = found.get((p.topic, p.partition))
+            if offset is not None:
+                p.offset = offset
+                log.info(
+                    "consume: group %s resumes %s[%d] at offset %d", self.group, p.topic, p.partition, offset
+                )
+        return partitions
+
+    def commit(self, handled: dict[tuple[str, int], int]) -> None:
+        """Commit, for the group, the offset after the last message handled of each partition
+        (``handled``: (topic, partition) -> that offset + 1); a no-op without a group."""
+        if not self.group:
+            return
+        fresh = {tp: offset for tp, offset in handled.items() if self.committed.get(tp) != offset}
+        if not fresh:
+            return
+        offsets = [KafkaPartition(topic, partition, offset) for (topic, partition), offset in fresh.items()]
+        try:
+            self._consumer.commit(offsets=offsets, asynchronous=False)
+        except KafkaException as exc:
+            self._report_errors()
+            raise ConsumeError(f"--group {self.group}: committing offsets failed: {exc}") from None
+        self.committed.update(fresh)
 
     def rewind(self, topic: str, partitions: list[int]) -> bool:
         """Fetch ``topic``'s partitions anew from where this reader stands (what was prefetched is

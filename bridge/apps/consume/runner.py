@@ -134,13 +134,25 @@ class Loop:
 
 
 def run_print(reader: ChangeReader, limits: Limits, out: TextIO, *, show_resolved: bool = False) -> Summary:
-    """Print every message as one JSON line, in the order read (per partition: the topic's order)."""
+    """Print every message as one JSON line, in the order read (per partition: the topic's order).
+
+    With the reader's ``group``, the offsets of the messages printed (and of watermarks passed over)
+    are committed after each batch is written and flushed to ``out``; a message held back by
+    ``until_ts`` stops its partition's commits, so a later run with the same group prints it."""
     buffer = ResolvedBuffer()
     reader.on_assign = buffer.assign
     loop = Loop(reader, buffer, limits)
     summary = Summary("print")
     # with a prefix, --until-ts waits on every table topic: dropped tables' topics are retired as in --apply
     retirements = Retirements(reader.ddl_topic) if reader.ddl_topic and not reader.topics else None
+    handled: dict[tuple[str, int], int] = {}  # per partition: the offset after the last one handled
+    held: set[tuple[str, int]] = set()  # partitions with a message not printed (until_ts)
+
+    def done(item: Item) -> None:
+        place = (item.where.topic, item.where.partition)
+        if place not in held:
+            handled[place] = item.where.offset + 1
+
     with stop_on_signals("consume") as stop:
         reader.refresh(force=True)
         for topic in reader.missing_topics():
@@ -153,11 +165,13 @@ def run_print(reader: ChangeReader, limits: Limits, out: TextIO, *, show_resolve
                 if isinstance(item, ResolvedItem):
                     buffer.resolved(item.where.topic, item.where.partition, item.resolved_ts)
                     if not show_resolved:
+                        done(item)
                         continue
                 elif isinstance(item, (RowItem, DDLItem)):
                     if isinstance(item, DDLItem) and retirements is not None and buffer.add(item):
                         retirements.on_ddl(item, buffer)
                     if limits.until_ts is not None and item.commit_ts > limits.until_ts:
+                        held.add((item.where.topic, item.where.partition))
                         continue
                     if isinstance(item, DDLItem):
                         summary.ddl += 1
@@ -171,10 +185,12 @@ def run_print(reader: ChangeReader, limits: Limits, out: TextIO, *, show_resolve
                 elif isinstance(item, TombstoneItem):
                     pass
                 out.write(json_line(item) + "\n")
+                done(item)
                 if limits.max_messages is not None and summary.changes + summary.ddl >= limits.max_messages:
                     summary.reason = f"--max-messages {limits.max_messages}"
                     break
             out.flush()
+            reader.commit(handled)  # --group: only what is printed (and flushed) above
             if summary.reason:
                 break
             if retirements is not None:

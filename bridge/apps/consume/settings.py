@@ -12,7 +12,8 @@ A value written ``${NAME}`` is read from the environment variable ``NAME``
 error naming the file, line and variable. Values are never logged.
 
 The reader owns a few consumer settings (it assigns partitions itself and
-never commits); a file that sets one is refused with the reason.
+commits offsets itself, only with ``--group``); a file that sets one is
+refused with the reason.
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ from bridge.kafkaclient import check_security
 # consumer settings the reader decides; why, for the error message
 _READER_OWNS: Mapping[str, str] = {
     "bootstrap.servers": "give --bootstrap-servers",
-    "enable.auto.commit": "consume never commits offsets",
-    "enable.auto.offset.store": "consume never commits offsets",
+    "enable.auto.commit": "consume commits offsets itself, with --group, after printing",
+    "enable.auto.offset.store": "consume commits offsets itself, with --group, after printing",
+    "group.id": "give --group",
     "enable.partition.eof": "consume needs end-of-partition events",
     "auto.offset.reset": "give --from-beginning (or not)",
     "error_cb": "not a librdkafka setting",
