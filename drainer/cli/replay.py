@@ -10,7 +10,10 @@ as the mysql sink writes). The databases and tables of the first file's
 schema that the target lacks are created before the first transaction (a
 dead-letter directory holds no CREATE TABLE of its own), and the DDLs in the
 range are applied in order. The target remembers what it applied, so a
-replay interrupted and run again goes on where it stopped.
+replay interrupted and run again goes on where it stopped: SQLite in the
+directory, MySQL in ``--progress-schema``'s ``sink_progress`` table (default
+``bridge_replay``): give a replay of another directory into the same server
+a progress schema of its own, or it skips what the first one applied.
 """
 
 from __future__ import annotations
@@ -34,6 +37,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--dir", required=True, type=Path, help="directory of binlog-*.bbf files")
     parser.add_argument(
         "--to", required=True, metavar="DSN", help="target: sqlite:DIR or mysql://USER@HOST:PORT/"
+    )
+    parser.add_argument(
+        "--progress-schema",
+        default="bridge_replay",
+        metavar="DB",
+        help="mysql targets: database of the table that remembers what was applied (default bridge_replay)",
     )
     parser.add_argument("--start-ts", type=int, default=None, help="first commit_ts to apply (inclusive)")
     parser.add_argument("--stop-ts", type=int, default=None, help="last commit_ts to apply (inclusive)")
@@ -88,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     elif target.is_mysql:
         from drainer.sinks.mysql.sink import MySQLSink
 
-        sink = MySQLSink({"dsn": args.to}, Path("."))
+        sink = MySQLSink({"dsn": args.to, "progress-schema": args.progress_schema}, Path("."))
         sink.check()  # login and privileges: one line when they fail
     else:
         raise UserError(f"--to {target.redacted()}: expected sqlite:DIR or mysql://USER@HOST:PORT/")
