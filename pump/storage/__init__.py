@@ -20,6 +20,7 @@ from pump.storage.errors import (
     StorageClosed,
     StorageError,
     StorageFailed,
+    StorageFull,
 )
 from pump.storage.pull import CommittedTxn, PullItem, Watermark
 from pump.storage.storage import Storage, StorageStats
@@ -35,6 +36,7 @@ __all__ = [
     "StorageConfig",
     "StorageError",
     "StorageFailed",
+    "StorageFull",
     "StorageStats",
     "Watermark",
 ]

@@ -9,6 +9,8 @@
         │                        names the file and the offset
         ├── StorageFailed        an earlier write or fsync failed: the storage
         │                        refuses writes until it is reopened
+        ├── StorageFull          a write found no space (ENOSPC/EDQUOT) and was cut
+        │                        back whole: retriable, writes resume once space returns
         ├── StorageClosed        the storage was closed
         ├── RecordGone           a pointer into a segment GC removed
         └── DataDirLocked        another process has the data dir open
@@ -46,6 +48,17 @@ class StorageFailed(StorageError):
     is on disk is unknown: the storage refuses every later write until it is
     reopened, which re-reads the log from disk.
     """
+
+
+class StorageFull(StorageError):
+    """The disk had no room for a write (ENOSPC or EDQUOT).
+
+    The write was cut back whole, so the log is exactly as before the call and
+    nothing of it is acknowledged; unlike :class:`StorageFailed` the storage
+    keeps accepting writes, which succeed again once space returns.
+    """
+
+    retriable = True
 
 
 class StorageClosed(StorageError):

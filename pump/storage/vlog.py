@@ -16,6 +16,7 @@ Threads: one writer calls :meth:`append` and :meth:`sync`; any thread may
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import threading
@@ -23,7 +24,7 @@ from collections.abc import Callable, Generator, Sequence
 from pathlib import Path
 
 from bridge.durable import fsync_dir
-from pump.storage.errors import RecordGone, StorageFailed
+from pump.storage.errors import RecordGone, StorageFailed, StorageFull
 from pump.storage.segment import (
     FOOTER,
     HEADER,
@@ -37,6 +38,7 @@ from pump.storage.segment import (
 )
 
 log = logging.getLogger(__name__)
+_NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})  # a full disk: the write can be retried later
 
 SUFFIX = ".vlog"
 IOV_MAX = 1024
@@ -101,8 +103,19 @@ class ValueLog:
         """Write (payload, ts) records after the head; returns their pointers.
 
         Not durable until :meth:`sync`. On an I/O error the segment is cut
-        back to where the call started and :class:`StorageFailed` is raised.
+        back to where the call started and :class:`StorageFailed` is raised;
+        :class:`StorageFull` instead when the disk was full and the log is
+        exactly as before the call (no segment was sealed by it).
         """
+        first = self._active.id
+        try:
+            return self._append(records)
+        except StorageFull as exc:
+            if self._active.id == first:
+                raise
+            raise StorageFailed(f"{exc} (after sealing segments in the same write)") from exc
+
+    def _append(self, records: Sequence[tuple[bytes, int]]) -> list[Pointer]:
         pointers: list[Pointer] = []
         chunks: list[bytes] = []
         pos = self._active.data_end
@@ -129,6 +142,9 @@ class ValueLog:
                 os.ftruncate(active.fd, start)
             except OSError:
                 log.exception("cannot cut %s back to %d after a failed write", active.path, start)
+            else:
+                if exc.errno in _NO_SPACE:
+                    raise StorageFull(f"{active.path}: no space to write at offset {start}: {exc}") from exc
             raise StorageFailed(f"{active.path}: write at offset {start} failed: {exc}") from exc
         active.data_end = end
 

@@ -19,7 +19,7 @@ from collections import deque
 from typing import NamedTuple
 
 from pump.storage.chaser import Chaser, Entry, WrittenBatch
-from pump.storage.errors import StorageClosed, StorageError, StorageFailed
+from pump.storage.errors import StorageClosed, StorageError, StorageFailed, StorageFull
 from pump.storage.segment import Pointer
 from pump.storage.vlog import ValueLog
 
@@ -114,6 +114,10 @@ class GroupCommitter:
             return
         try:
             end = await self._loop.run_in_executor(self._executor, self._append_and_sync, records)
+        except StorageFull as exc:  # cut back whole: refuse this batch, take the next one
+            log.error("value log write refused, the disk is full: %s", exc)
+            _resolve(futures, exc)
+            return
         except Exception as exc:
             error = (
                 exc if isinstance(exc, StorageError) else StorageFailed(f"value log write failed: {exc!r}")
