@@ -311,3 +311,16 @@ def test_sqlite_adds_a_virtual_generated_column_in_place() -> None:
     assert plan == [('ALTER TABLE "db:d"."t" ADD COLUMN "g" INT GENERATED ALWAYS AS (`a` * 10) VIRTUAL', ())]
     sqlite_apply(plan, conn)
     assert conn.execute("SELECT g FROM t").fetchall() == [(70,)]
+
+
+def test_a_plain_column_becoming_virtual_is_dropped_and_added() -> None:
+    new = schema_with_computed_columns()
+    old = row_pb2.TableSchema()
+    old.CopyFrom(new)  # as a binlog older than issue 19 described it: g a plain column
+    old.columns[2].generated, old.columns[2].generation_expression = row_pb2.NOT_GENERATED, ""
+    change = Change(kind=Change.ALTER_TABLE, db="d", table="t", table_schema=new)
+    (alter,) = MySQLDDL().plan(change, old)
+    assert alter.startswith(
+        "ALTER TABLE `d`.`t` DROP COLUMN `g`, ADD COLUMN `g` int(11) GENERATED ALWAYS AS (`a` * 10) VIRTUAL "
+        "AFTER `a`"
+    )

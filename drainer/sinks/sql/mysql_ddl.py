@@ -385,9 +385,14 @@ class MySQLDDL:
         for column in new.columns:
             before = old_by_id.get(column.id)
             definition = self.column_def(column, new)
+            place = f" AFTER {quote(previous)}" if previous else " FIRST"
             if before is None:
-                place = f" AFTER {quote(previous)}" if previous else " FIRST"
                 clauses.append(f"ADD COLUMN{not_exists} {definition}{place}")
+            elif column.generated == row_pb2.VIRTUAL and before.generated != row_pb2.VIRTUAL:
+                # MariaDB cannot CHANGE a column into a VIRTUAL one (error 1907), and its values are
+                # computed: drop and add it (a table replicated before binlogs carried generation)
+                clauses.append(f"DROP COLUMN {quote(before.name)}")
+                clauses.append(f"ADD COLUMN {definition}{place}")
             elif (
                 before.name != column.name
                 or self.column_def(_renamed(before, column.name), new) != definition
