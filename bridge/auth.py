@@ -67,15 +67,23 @@ def adopt_token(configured: str) -> str:
     return _process_token
 
 
-def use_cluster_token(configured: str) -> list[grpc.aio.ServerInterceptor]:
+def use_cluster_token(configured: str, decode_guard: bool = True) -> list[grpc.aio.ServerInterceptor]:
     """:func:`adopt_token`, then the interceptors a node's gRPC server runs
-    first (token check when there is a token, decode guard)."""
-    return server_interceptors(adopt_token(configured))
+    first: the token check when there is a token, and the decode guard unless
+    the server's own deserializers are lenient already (the pump's)."""
+    return server_interceptors(adopt_token(configured), decode_guard)
 
 
-def server_interceptors(token: str) -> list[grpc.aio.ServerInterceptor]:
-    """The token check (when ``token``) outermost, then the decode guard."""
-    return [TokenInterceptor(token), DecodeGuard()] if token else [DecodeGuard()]
+def server_interceptors(token: str, decode_guard: bool = True) -> list[grpc.aio.ServerInterceptor]:
+    """The token check (when ``token``) outermost, then the decode guard.
+
+    A token check that passes hands the call on unwrapped, so a server
+    without the decode guard pays one interceptor call per RPC for the token.
+    """
+    interceptors: list[grpc.aio.ServerInterceptor] = [TokenInterceptor(token)] if token else []
+    if decode_guard:
+        interceptors.append(DecodeGuard())
+    return interceptors
 
 
 def bearer_matches(header: str, token: str) -> bool:

@@ -166,7 +166,11 @@ async def serve(config: PumpConfig, stop: asyncio.Event, ready: Ready = print_re
         # No SO_REUSEPORT: a second pump on the same address must fail, not share it.
         server = grpc.aio.server(
             options=[*channel_options(config.max_message_size), ("grpc.so_reuseport", 0)],
-            interceptors=[*use_cluster_token(config.cluster_token), *server_interceptors(config.security)],
+            # No decode guard: the Pump service's own lenient parsers answer bad bodies (pump.wire).
+            interceptors=[
+                *use_cluster_token(config.cluster_token, decode_guard=False),
+                *server_interceptors(config.security),
+            ],
         )
         port = _bind(server, config)
         node = _build_node(config, cluster_id, port, meta, storage)
