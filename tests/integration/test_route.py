@@ -2,7 +2,7 @@
 with the MySQL sink on the real MariaDB (issue 18).
 
 - a drainer with routes writes the upstream database ``U`` to ``U_b`` (a table renamed too), DML and
-  DDL alike, and nothing to ``U``;
+  DDL alike, and nothing to ``U``; the kafka sink names its topics from the routed names;
 - ``on-error = "skip-and-log"``: rows for a table dropped downstream (error 1146) are stored in the
   dead-letter directory and logged; the rest arrives;
 - ``on-error = "halt"``: a refused insert stops the drainer naming the one ``[skip]`` line that skips it.
@@ -17,6 +17,7 @@ from typing import Any
 
 import pymysql
 import pytest
+from confluent_kafka.admin import AdminClient
 
 from bridge.dsn import parse_dsn
 from bridge.proto import row_pb2
@@ -125,6 +126,38 @@ def test_routes_rename_the_database_and_a_table_for_dml_and_ddl(
     finally:
         drainer.kill()
         drop(mysql, f"{up}_b", f"{up}_progress")
+
+
+@pytest.mark.kafka
+def test_the_kafka_sink_names_topics_after_the_routed_names(
+    cluster: tuple[Path, str, Producer], kafka_bootstrap: str, unique_name: str
+) -> None:
+    workdir, meta_addr, producer = cluster
+    up = unique_name
+    (workdir / f"{up}-kafka").mkdir()
+    routes = (
+        f'[[route]]\nschema-pattern = "{up}"\ntable-pattern = "it?ms"\ntarget-schema = "shop"\n'
+        'target-table = "{schema}_{table}"\n'
+    )
+    drainer = DrainerProcess(
+        workdir / f"{up}-kafka",
+        meta_addr,
+        node_id="drainer-kafka",
+        sink_type='"kafka"',
+        sink_tables=f'[sink.kafka]\nbootstrap-servers = "{kafka_bootstrap}"\nprefix = "{up}"\n',
+        extra_config=f'[filter]\ndo-db = ["{up}"]\n{routes}',
+    )
+    try:
+        drainer.start()
+        producer.create(table("items", 3001, db=up))
+        last = producer.txn([("insert", "items", None, (1, "one"))])
+        drainer.wait_checkpoint(last.commit_ts)
+        topics = set(AdminClient({"bootstrap.servers": kafka_bootstrap}).list_topics(timeout=10).topics)
+        assert f"{up}.shop.{up}_items" in topics
+        assert not any(t.startswith(f"{up}.{up}.") for t in topics)  # nothing under the upstream name
+        assert drainer.stop() == 0
+    finally:
+        drainer.kill()
 
 
 def test_refused_changes_skip_and_log_to_the_dead_letter_dir_or_halt_naming_the_skip_line(
