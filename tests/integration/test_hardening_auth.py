@@ -114,6 +114,16 @@ def test_undecodable_bodies_get_invalid_argument_naming_the_message(cluster: Clu
                     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, method
                     assert "the request is not a valid bridge.meta." in (refused.value.details() or "")
 
+        # A field that breaks its rule is named, even when the field is huge.
+        async with grpc.aio.insecure_channel(cluster.meta_addr) as channel:
+            huge = meta_pb2.NodeStatus(node_id="q" * 100_000, kind=meta_pb2.PUMP, addr="127.0.0.1:1")
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await meta_pb2_grpc.MetaStub(channel).Heartbeat(
+                    meta_pb2.HeartbeatRequest(status=huge), metadata=BEARER
+                )
+            assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert "node_id must be" in (refused.value.details() or "")
+
     run(scenario())
     # One line per peer per interval, not one (or a traceback) per request.
     assert cluster.meta.output.count("refused from ipv4:127.0.0.1") <= 1

@@ -37,6 +37,14 @@ from bridge.tso import MAX_LOGICAL
 log = logging.getLogger(__name__)
 
 MAX_WAIT_MS = 60_000  # longest ListNodes long poll
+MAX_DETAILS = 1024  # characters of an error message sent back (it travels in a metadata header)
+
+
+def _details(exc: BaseException) -> str:
+    """The error message for the caller, cut short: one quoting a huge field would
+    not fit gRPC's metadata limit and reach the caller as RESOURCE_EXHAUSTED."""
+    text = str(exc)
+    return text if len(text) <= MAX_DETAILS else f"{text[:MAX_DETAILS]}... (cut at {MAX_DETAILS} characters)"
 
 
 class MetaService(meta_pb2_grpc.MetaServicer):
@@ -54,9 +62,9 @@ class MetaService(meta_pb2_grpc.MetaServicer):
                 trailing_metadata=((LEADER_METADATA_KEY, leader),),
             )
         if isinstance(exc, ClusterMismatch):
-            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, _details(exc))
         if isinstance(exc, ProtocolError):
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, _details(exc))
         log.warning("meta request failed: %s", exc)
         await context.abort(grpc.StatusCode.UNAVAILABLE, f"meta store failed: {exc}")
         raise AssertionError("context.abort returned")  # grpc raises; keeps NoReturn honest
