@@ -43,6 +43,7 @@ from bridge.pumpclient.discovery import RegistryWatcher, probe_forever
 from bridge.pumpclient.node import PumpNode
 from bridge.pumpclient.pool import PumpPool
 from bridge.pumpclient.routes import PrewriteRoutes
+from bridge.pumpclient.timestamps import TimestampBatcher
 from bridge.retry import Backoff
 
 log = logging.getLogger(__name__)
@@ -105,6 +106,7 @@ class AsyncPumpsClient:
         self.config.validate()
         self._meta_addrs = meta_addrs
         self._meta: MetaClient | None = None
+        self._tso: TimestampBatcher | None = None
         self._pool: PumpPool | None = None
         self._routes = PrewriteRoutes(self.config.max_pending_txns)
         self._tasks: list[asyncio.Task[None]] = []
@@ -136,6 +138,7 @@ class AsyncPumpsClient:
             await meta.close()
             raise
         self._meta, self._pool = meta, pool
+        self._tso = TimestampBatcher(meta.get_timestamps)
         self._tasks = [
             asyncio.create_task(watcher.run(), name="pump-registry-watch"),
             asyncio.create_task(probe_forever(pool, self.config.probe_interval), name="pump-probe"),
@@ -158,6 +161,9 @@ class AsyncPumpsClient:
         pool, self._pool = self._pool, None
         if pool is not None:
             await pool.close()
+        tso, self._tso = self._tso, None
+        if tso is not None:
+            await tso.close()
         meta, self._meta = self._meta, None
         if meta is not None:
             await meta.close()
@@ -175,10 +181,15 @@ class AsyncPumpsClient:
         return [n.node_id for n in pool.unavailable] if pool else []
 
     async def get_timestamps(self, count: int = 1) -> int:
-        """Allocate ``count`` consecutive timestamps from the meta service's TSO; returns the first."""
-        if self._meta is None:
+        """Allocate ``count`` consecutive timestamps from the meta service's TSO; returns the first.
+
+        Concurrent calls share one GetTimestamps call (see
+        :mod:`bridge.pumpclient.timestamps`); each timestamp is still allocated
+        after its caller asked.
+        """
+        if self._tso is None:
             raise RuntimeError("the pump client is not started (use start() or 'async with')")
-        return await self._meta.get_timestamps(count)
+        return await self._tso.get(count)
 
     async def get_timestamp(self) -> int:
         """One fresh timestamp (a start_ts or commit_ts) from the meta service's TSO."""

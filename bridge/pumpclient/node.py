@@ -208,9 +208,15 @@ class PumpNode:
             )
             return
         self.consecutive_errors = 0
+        errmsgs = response.errmsgs
         tally: Tally[tuple[str, str]] = Tally()
-        for item, errmsg in zip(batch, response.errmsgs, strict=True):
-            tally[item.kind, "rejected" if errmsg else "ok"] += 1
+        if any(errmsgs):
+            for item, errmsg in zip(batch, errmsgs, strict=True):
+                tally[item.kind, "rejected" if errmsg else "ok"] += 1
+        else:  # the common case: count by kind in one C pass, not a tally step per binlog
+            for kind, count in Tally([item.kind for item in batch]).items():
+                tally[kind, "ok"] = count
+        for item, errmsg in zip(batch, errmsgs, strict=True):
             if not item.future.done():
                 item.future.set_result(errmsg)
         self._count(tally)
