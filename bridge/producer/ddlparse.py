@@ -30,7 +30,8 @@ generated-column expression whose value a downstream cannot reproduce
 (``RAND()``, ``UUID()``, ``UUID_SHORT()``, ``SYSDATE()``, the connection's
 user or id, sequences): the existing rows upstream would get values no
 binlog carries. ``CURRENT_TIMESTAMP``/``NOW()`` are reproducible: the writer
-fixes the DDL's session time and the binlog records it.
+fixes the DDL's session time and the binlog records it — in a DEFAULT; in a
+generated column (which MariaDB evaluates on every read) they are refused too.
 """
 
 from __future__ import annotations
@@ -71,13 +72,19 @@ _NONDETERMINISTIC = re.compile(
     r"|(?<=CURRENT_ROLE)|(?<=FOR))",
     re.IGNORECASE,
 )
+_CLOCK = re.compile(
+    r"\b(NOW|CURRENT_TIMESTAMP|LOCALTIME|LOCALTIMESTAMP|CURDATE|CURRENT_DATE|CURTIME|CURRENT_TIME"
+    r"|UNIX_TIMESTAMP|UTC_TIMESTAMP|UTC_DATE|UTC_TIME)\b",
+    re.IGNORECASE,
+)
 _EXPRESSION_START = re.compile(r"\b(?:DEFAULT|AS)\s*(?=\()|\bDEFAULT\s+(?=[A-Za-z_]\w*\s*\()", re.IGNORECASE)
 _QUOTED = re.compile(r"'(?:[^'\\]|''|\\.)*'|\"(?:[^\"\\]|\"\"|\\.)*\"|`(?:[^`]|``)*`", re.DOTALL)
 
 
-def _expressions(text: str) -> list[str]:
-    """The parenthesised expressions after DEFAULT / AS, and function-call defaults (``DEFAULT f(..)``)."""
-    found: list[str] = []
+def _expressions(text: str) -> list[tuple[bool, str]]:
+    """(generated?, expression) for each parenthesised expression after DEFAULT / AS, and each
+    function-call default (``DEFAULT f(..)``)."""
+    found: list[tuple[bool, str]] = []
     for start in _EXPRESSION_START.finditer(text):
         depth, i = 0, start.end()
         while i < len(text):
@@ -85,7 +92,7 @@ def _expressions(text: str) -> list[str]:
             i += 1
             if depth == 0 and text[i - 1] == ")":
                 break
-        found.append(text[start.end() : i])
+        found.append((start.group(0).upper().startswith("AS"), text[start.end() : i]))
     return found
 
 
@@ -93,7 +100,13 @@ def refuse_nondeterministic(sql: str) -> None:
     """Raise :class:`UnsupportedSchema` when a DEFAULT or generated-column expression of ``sql``
     calls a function whose value a downstream cannot reproduce (see the module docstring)."""
     text = _QUOTED.sub(lambda m: m.group(0)[0] * 2, _LEADING_COMMENTS.sub("", sql, count=1))
-    for expression in _expressions(text):
+    for generated, expression in _expressions(text):
+        if generated and (clock := _CLOCK.search(expression)):
+            raise UnsupportedSchema(
+                f"DDL refused before it ran: {clock.group(1).upper()} in the generated column expression "
+                f"{' '.join(expression.split())[:120]!r} is evaluated whenever a row is read, so no "
+                "downstream holds the same values; store the time in a column with a DEFAULT instead"
+            )
         if m := _NONDETERMINISTIC.search(expression):
             call = " ".join(m.group(1).upper().split())
             raise UnsupportedSchema(

@@ -85,11 +85,20 @@ def test_index_prefixes_and_partitioning_from_information_schema() -> None:
         "ALTER TABLE t ADD g BIGINT AS (uuid_short() % 10) STORED",
         "CREATE TABLE t (id INT, d DATETIME AS (SYSDATE()) VIRTUAL)",
         "ALTER TABLE t ADD who VARCHAR(80) DEFAULT (CONCAT(CURRENT_USER, '!'))",
+        "ALTER TABLE t ADD r DOUBLE AS (RAND()) VIRTUAL",
     ],
 )
 def test_nondeterministic_ddl_is_refused_saying_why(sql: str) -> None:
     with pytest.raises(UnsupportedSchema, match=r"refused before it ran: .* no binlog carries"):
         refuse_nondeterministic(sql)
+
+
+def test_clock_functions_in_generated_columns_are_refused() -> None:
+    with pytest.raises(
+        UnsupportedSchema, match=r"NOW in the generated column .* evaluated whenever a row is read"
+    ):
+        refuse_nondeterministic("ALTER TABLE t ADD v DATETIME(6) GENERATED ALWAYS AS (NOW(6)) VIRTUAL")
+    refuse_nondeterministic("ALTER TABLE t ADD v DATETIME(6) DEFAULT (NOW(6)), ADD g INT AS (a + 1) STORED")
 
 
 @pytest.mark.parametrize(
