@@ -13,6 +13,10 @@ Writes (``WriteBinlog``, ``WriteBinlogs``):
 - A probe (``start_ts = commit_ts = 0``) is not stored; it is answered with
   the pump's refusal of Prewrites ("" when it takes them), so a client
   returns a pump to rotation only when it takes writes again.
+- ``WriteBinlog`` (one binlog) ends with ``INVALID_ARGUMENT`` naming the fault
+  when its payload fails those checks (e.g. a Commit with ``commit_ts <=
+  start_ts``), and with ``OUT_OF_RANGE`` when its timestamps are beyond the
+  TSO's (:mod:`pump.guard`); in ``WriteBinlogs`` both are the binlog's errmsg.
 - Every stored binlog is admitted by the node (:meth:`pump.node.PumpNode.enter_write`):
   a refused one gets the refusal as its errmsg. An empty errmsg means the
   binlog is durable.
@@ -192,6 +196,11 @@ class PumpService:
         if problem:
             metrics.WRITES.labels("unknown", "refused").inc()
             return pump_pb2.WriteBinlogResp(errmsg=problem)
+        try:
+            read_write_payload(request.payload)  # parsed twice: WriteBinlog is not the batched path
+        except ProtocolError as exc:
+            metrics.WRITES.labels("unknown", "invalid").inc()
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         (errmsg,) = await self._write_or_abort([request.payload], context)
         if errmsg.startswith(REFUSAL_PREFIX):
             await context.abort(grpc.StatusCode.OUT_OF_RANGE, errmsg)

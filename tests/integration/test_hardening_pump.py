@@ -73,9 +73,13 @@ def test_poisoned_timestamps_are_refused_and_later_transactions_are_all_pulled(
                     await write(stub, cluster_id, binlog)
                 assert refused.value.code() == grpc.StatusCode.OUT_OF_RANGE
                 assert bound in (refused.value.details() or ""), refused.value.details()
-            # commit_ts <= start_ts is malformed: the pump's payload check answers it in errmsg.
-            backwards = binlog_pb2.Binlog(tp=binlog_pb2.Commit, start_ts=start, commit_ts=start)
-            assert "commit_ts > start_ts" in await write(stub, cluster_id, backwards)
+            # commit_ts <= start_ts is malformed: INVALID_ARGUMENT naming the bound.
+            for commit_ts in (start, start - 1):
+                backwards = binlog_pb2.Binlog(tp=binlog_pb2.Commit, start_ts=start, commit_ts=commit_ts)
+                with pytest.raises(grpc.aio.AioRpcError) as refused:
+                    await write(stub, cluster_id, backwards)
+                assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+                assert "commit_ts > start_ts" in (refused.value.details() or "")
             # The batch call answers per binlog: the poison refused, the valid one stored.
             batch = await stub.WriteBinlogs(
                 pump_pb2.WriteBinlogsReq(
