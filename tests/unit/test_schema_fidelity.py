@@ -333,3 +333,10 @@ def test_a_plain_column_becoming_virtual_is_dropped_and_added() -> None:
         "ALTER TABLE `d`.`t` DROP COLUMN `g`, ADD COLUMN `g` int(11) GENERATED ALWAYS AS (`a` * 10) VIRTUAL "
         "AFTER `a`"
     )
+
+
+def test_tidb_gets_no_expression_defaults() -> None:
+    schema = schema_with_computed_columns()
+    create = Change(kind=Change.CREATE_TABLE, db="d", table="t", table_schema=schema)
+    assert "`d` int(11) NULL,\n" in MySQLDDL("tidb").plan(create, None)[1]
+    assert "`d` int(11) NULL DEFAULT (`a` + 1000),\n" in MySQLDDL("mariadb").plan(create, None)[1]

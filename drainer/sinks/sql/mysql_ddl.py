@@ -213,16 +213,23 @@ def _balanced(text: str) -> bool:
     return depth == 0
 
 
-def default_clause(column: row_pb2.Column) -> str:
+def default_clause(column: row_pb2.Column, expressions: bool = True) -> str:
     """`` DEFAULT ...``: a literal as written, CURRENT_TIMESTAMP, an expression the binlog marks as
-    one in parentheses; ``""`` for none (or an unmarked default that is none of these)."""
+    one in parentheses; ``""`` for none (or an unmarked default that is none of these).
+
+    ``expressions = False`` (TiDB, which takes few expression defaults) leaves expressions and
+    TEXT/BLOB/JSON defaults out, as for binlogs older than issue 19."""
     if not column.HasField("default_value") or column.generated:
         return ""
     text = column.default_value.strip()
-    if column.default_is_expression and not (_NOW.match(text) and column.type in (T.TIMESTAMP, T.DATETIME)):
-        return f" DEFAULT {expression(text)}"
+    is_now = bool(_NOW.match(text)) and column.type in (T.TIMESTAMP, T.DATETIME)
+    if column.default_is_expression and not is_now:
+        if expressions:
+            return f" DEFAULT {expression(text)}"
+        log.warning("column %s: DEFAULT %s is an expression; created without it", column.name, text[:80])
+        return ""
     if column.type in _UNBOUNDED and text.upper() != "NULL":
-        if column.default_is_expression or _STRING_LITERAL.match(text):
+        if expressions and _STRING_LITERAL.match(text):
             return f" DEFAULT ({text})"  # TEXT/BLOB/JSON take defaults as expressions only
         return ""
     if text.upper() == "NULL":
@@ -267,7 +274,7 @@ class MySQLDDL:
             text += f" GENERATED ALWAYS AS {expression(column.generation_expression)} {kind}"
         else:
             text += " NULL" if column.nullable else " NOT NULL"
-            text += default_clause(column)
+            text += default_clause(column, expressions=self.flavor != "tidb")
         if column.on_update and _NOW.match(column.on_update.strip()):
             text += f" ON UPDATE {column.on_update.strip()}"
         if column.auto_increment and indexed:
