@@ -208,7 +208,7 @@ class Storage:
             if binlog.start_ts == 0 and binlog.commit_ts == 0:
                 continue  # a probe
             _check(binlog)
-            records.append(Record(payload, binlog.tp, binlog.start_ts, binlog.commit_ts))
+            records.append((payload, binlog.tp, binlog.start_ts, binlog.commit_ts))
         if not records:
             return
         self._check_open()

@@ -42,6 +42,7 @@ _NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})  # a full disk: the write ca
 
 SUFFIX = ".vlog"
 IOV_MAX = 1024
+_new_tuple = tuple.__new__
 BIG_CHUNK = 1 << 16
 
 
@@ -116,19 +117,26 @@ class ValueLog:
             raise StorageFailed(f"{exc} (after sealing segments in the same write)") from exc
 
     def _append(self, records: Sequence[tuple[bytes, int]]) -> list[Pointer]:
+        # Runs per binlog: locals instead of attribute lookups, and each Pointer
+        # built by tuple.__new__ (a NamedTuple's own __new__ costs ~0.3 us more).
         pointers: list[Pointer] = []
         chunks: list[bytes] = []
-        pos = self._active.data_end
+        active, pos, limit, header_size = self._active, self._active.data_end, self.segment_size, HEADER.size
+        max_ts = active.max_ts
         for payload, ts in records:
-            if pos >= self.segment_size and pos > 0:
+            if pos >= limit and pos > 0:
+                active.max_ts = max_ts
                 self._write(chunks, pos)
                 chunks = []
                 self._rotate()
-                pos = 0
-            pointers.append(Pointer(self._active.id, pos))
+                active, pos = self._active, 0
+                max_ts = active.max_ts
+            pointers.append(_new_tuple(Pointer, (active.id, pos)))
             chunks += (encode_header(payload), payload)
-            pos += HEADER.size + len(payload)
-            self._active.max_ts = max(self._active.max_ts, ts)
+            pos += header_size + len(payload)
+            if ts > max_ts:
+                max_ts = ts
+        active.max_ts = max_ts
         self._write(chunks, pos)
         return pointers
 

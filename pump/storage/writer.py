@@ -16,7 +16,6 @@ import concurrent.futures
 import logging
 import time
 from collections import deque
-from typing import NamedTuple
 
 from pump.storage.chaser import Chaser, Entry, WrittenBatch
 from pump.storage.errors import StorageClosed, StorageError, StorageFailed, StorageFull
@@ -25,14 +24,15 @@ from pump.storage.vlog import ValueLog
 
 log = logging.getLogger(__name__)
 
+_new_tuple = tuple.__new__
+
 LAG_WARNING_INTERVAL = 10.0
 
 
-class Record(NamedTuple):
-    payload: bytes
-    tp: int
-    start_ts: int
-    commit_ts: int
+# (payload, tp, start_ts, commit_ts) of one binlog to store. Plain tuples, not
+# NamedTuples, on this path: it runs per binlog, and a NamedTuple costs ~0.3 us
+# more to build.
+Record = tuple[bytes, int, int, int]
 
 
 _Submission = tuple[list[Record], "asyncio.Future[None]"]
@@ -102,7 +102,7 @@ class GroupCommitter:
             submitted, future = self._pending.popleft()
             records += submitted
             futures.append(future)
-            size += sum(len(r.payload) for r in submitted)
+            size += sum(len(record[0]) for record in submitted)
         return records, futures
 
     async def _commit_one_batch(self) -> None:
@@ -139,10 +139,13 @@ class GroupCommitter:
     def _append_and_sync(self, records: list[Record]) -> Pointer:
         """In the vlog thread: append, fsync once, hand the batch to the chaser."""
         prev_end = self._vlog.head
-        pointers = self._vlog.append([(r.payload, max(r.start_ts, r.commit_ts)) for r in records])
+        pointers = self._vlog.append([(payload, max(start, commit)) for payload, _, start, commit in records])
         self._vlog.sync()
         end = self._vlog.head
-        entries = [Entry(r.tp, r.start_ts, r.commit_ts, p) for r, p in zip(records, pointers, strict=True)]
+        entries = [
+            _new_tuple(Entry, (tp, start, commit, pointer))  # an Entry without NamedTuple.__new__'s cost
+            for (_, tp, start, commit), pointer in zip(records, pointers, strict=True)
+        ]
         self._chaser.offer(WrittenBatch(prev_end, end, entries))
         return end
 
