@@ -27,17 +27,17 @@ columns; there the sink's DDL progress record (it skips DDLs at or below the
 commit_ts it recorded) covers replays, except for a crash between the DDL and
 that record.
 
-Column types: a column's ``sql_type`` is MySQL text for MySQL upstreams
-(tables that carry a charset) and is used when it is a plain type of the
-column's type family; otherwise — SQLite upstreams, ENUM/SET, anything
-unexpected — the type is derived from ``type``, ``length``, ``precision``,
-``scale``, ``fsp``, ``elems`` and ``unsigned``. Tables without a charset
-(SQLite upstreams, which compare text byte-wise) get ``utf8mb4`` with
-``utf8mb4_bin``; their unbounded TEXT/BLOB become LONGTEXT/LONGBLOB, or
-VARCHAR(768)/VARBINARY(3072) when an index uses them (MySQL cannot index an
-unbounded column without a prefix). Indexed TEXT/BLOB columns of MySQL
-upstreams are indexed by a 255-character prefix (the binlog does not carry
-prefix lengths).
+Column types (:mod:`drainer.sinks.sql.mysql_columns`): a column's ``sql_type``
+is MySQL text for MySQL upstreams (tables that carry a charset) and is used
+when it is a plain type of the column's type family; otherwise — SQLite
+upstreams, ENUM/SET, anything unexpected — the type is derived from ``type``,
+``length``, ``precision``, ``scale``, ``fsp``, ``elems`` and ``unsigned``.
+Tables without a charset (SQLite upstreams, which compare text byte-wise) get
+``utf8mb4`` with ``utf8mb4_bin``; their unbounded TEXT/BLOB become
+LONGTEXT/LONGBLOB, or VARCHAR(768)/VARBINARY(3072) when an index uses them
+(MySQL cannot index an unbounded column without a prefix). Indexed TEXT/BLOB
+columns of MySQL upstreams are indexed by the prefix length the binlog
+carries, else by a 255-character prefix (binlogs before issue 19 carry none).
 
 Identifiers are backtick-quoted; ENUM/SET members, DEFAULT literals and
 comments are SQL string literals built here.
@@ -58,192 +58,42 @@ A DEFAULT of an older binlog that is neither a literal nor
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Sequence
 
 from bridge.proto import row_pb2
+from drainer.sinks.sql.mysql_columns import (
+    INDEX_PREFIX,
+    NOW_CALL,
+    SAFE_NAME,
+    STRING_TYPES,
+    column_type,
+    default_clause,
+    derived_type,
+    expression,
+    from_mysql,
+    indexed_columns,
+    quote,
+    string_literal,
+    table_ref,
+)
 
 log = logging.getLogger(__name__)
 
 T = row_pb2.ColumnType
 Change = row_pb2.SchemaChange
 
-_INTS = {
-    T.TINYINT: "TINYINT",
-    T.SMALLINT: "SMALLINT",
-    T.MEDIUMINT: "MEDIUMINT",
-    T.INT: "INT",
-    T.BIGINT: "BIGINT",
-}
-_FAMILY: dict[int, frozenset[str]] = {
-    T.TINYINT: frozenset(("tinyint", "bool", "boolean")),
-    T.SMALLINT: frozenset(("smallint",)),
-    T.MEDIUMINT: frozenset(("mediumint",)),
-    T.INT: frozenset(("int", "integer")),
-    T.BIGINT: frozenset(("bigint",)),
-    T.DECIMAL: frozenset(("decimal", "numeric", "dec", "fixed")),
-    T.FLOAT: frozenset(("float",)),
-    T.DOUBLE: frozenset(("double", "real", "double precision")),
-    T.BIT: frozenset(("bit",)),
-    T.YEAR: frozenset(("year",)),
-    T.DATE: frozenset(("date",)),
-    T.TIME: frozenset(("time",)),
-    T.DATETIME: frozenset(("datetime",)),
-    T.TIMESTAMP: frozenset(("timestamp",)),
-    T.CHAR: frozenset(("char",)),
-    T.VARCHAR: frozenset(("varchar",)),
-    T.TEXT: frozenset(("tinytext", "text", "mediumtext", "longtext")),
-    T.BINARY: frozenset(("binary",)),
-    T.VARBINARY: frozenset(("varbinary",)),
-    T.BLOB: frozenset(("tinyblob", "blob", "mediumblob", "longblob")),
-}
-_PLAIN_TYPE = re.compile(
-    r"^\s*([a-z]+(?: precision)?)\s*(\(\s*\d+\s*(?:,\s*\d+\s*)?\))?"
-    r"((?:\s+(?:unsigned|signed|zerofill))*)\s*$",
-    re.IGNORECASE,
-)
-_UNBOUNDED = frozenset((T.TEXT, T.BLOB, T.JSON))
-_STRINGS = frozenset((T.CHAR, T.VARCHAR, T.TEXT, T.ENUM, T.SET))
-_NAME = re.compile(r"^[A-Za-z0-9_]+$")
-_NOW = re.compile(r"^(current_timestamp|now|localtimestamp|localtime)\s*(\(\s*\d*\s*\))?$", re.IGNORECASE)
-_NUMBER = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
-_STRING_LITERAL = re.compile(r"^'(?:[^'\\]|''|\\.)*'$", re.DOTALL)
-_BIT_HEX = re.compile(r"^(?:b'[01]*'|x'[0-9a-f]*'|0x[0-9a-f]+)$", re.IGNORECASE)
-INDEX_PREFIX = 255
-
-
-def quote(name: str) -> str:
-    """A backtick-quoted identifier (for statements run without parameters: ``%`` stays single)."""
-    return "`" + name.replace("`", "``") + "`"
-
-
-def table_ref(db: str, table: str) -> str:
-    return f"{quote(db)}.{quote(table)}" if db else quote(table)
-
-
-def string_literal(text: str) -> str:
-    """A SQL string literal (quotes doubled, backslashes escaped: safe under any sql_mode)."""
-    return "'" + text.replace("\\", "\\\\").replace("'", "''") + "'"
-
-
-def from_mysql(schema: row_pb2.TableSchema) -> bool:
-    """Whether ``schema`` came from a MySQL upstream (they carry a charset; SQLite ones do not)."""
-    return bool(schema.charset or schema.collation)
-
-
-def indexed_columns(schema: row_pb2.TableSchema) -> set[str]:
-    return {name.lower() for index in schema.indexes for name in index.columns}
-
-
-def column_type(column: row_pb2.Column, mysql_origin: bool, indexed: bool = False) -> str:
-    """The MySQL type of ``column`` (see the module docstring)."""
-    kind = column.type
-    if mysql_origin and column.sql_type and kind in _FAMILY:
-        match = _PLAIN_TYPE.match(column.sql_type)
-        if match and match.group(1).lower() in _FAMILY[kind]:
-            return " ".join(column.sql_type.split())
-    return derived_type(column, indexed and not mysql_origin)
-
-
-def derived_type(column: row_pb2.Column, indexed: bool = False) -> str:
-    """The MySQL type from the structured fields alone."""
-    kind = column.type
-    unsigned = " UNSIGNED" if column.unsigned else ""
-    if kind in _INTS:
-        return _INTS[kind] + unsigned
-    if kind == T.DECIMAL:
-        precision = column.precision or 65
-        scale = column.scale if column.precision else 30
-        return f"DECIMAL({precision},{scale}){unsigned}"
-    if kind == T.FLOAT:
-        return "FLOAT" + unsigned
-    if kind == T.DOUBLE:
-        return "DOUBLE" + unsigned
-    if kind == T.BIT:
-        return f"BIT({column.length or 64})"
-    if kind == T.YEAR:
-        return "YEAR"
-    if kind == T.DATE:
-        return "DATE"
-    if kind in (T.TIME, T.DATETIME, T.TIMESTAMP):
-        name = {T.TIME: "TIME", T.DATETIME: "DATETIME", T.TIMESTAMP: "TIMESTAMP"}[kind]
-        return f"{name}({column.fsp})" if column.fsp else name
-    if kind == T.CHAR:
-        if 0 < column.length <= 255:
-            return f"CHAR({column.length})"
-        return f"VARCHAR({column.length})" if column.length else "CHAR(1)"
-    if kind == T.VARCHAR:
-        if column.length:
-            return f"VARCHAR({column.length})"
-        return "VARCHAR(768)" if indexed else "LONGTEXT"
-    if kind == T.TEXT:
-        return "VARCHAR(768)" if indexed else "LONGTEXT"
-    if kind == T.BINARY:
-        return (
-            f"BINARY({column.length})" if 0 < column.length <= 255 else f"VARBINARY({column.length or 255})"
-        )
-    if kind == T.VARBINARY:
-        if column.length:
-            return f"VARBINARY({column.length})"
-        return "VARBINARY(3072)" if indexed else "LONGBLOB"
-    if kind == T.BLOB:
-        return "VARBINARY(3072)" if indexed else "LONGBLOB"
-    if kind == T.JSON:
-        return "JSON"
-    if kind in (T.ENUM, T.SET):
-        members = ",".join(string_literal(e) for e in column.elems)
-        return f"{'ENUM' if kind == T.ENUM else 'SET'}({members})"
-    raise ValueError(f"column {column.name!r}: type {T.Name(kind)} has no MySQL form")
-
-
-def expression(text: str) -> str:
-    """``text`` in one pair of parentheses (as DEFAULT (...) and AS (...) take it)."""
-    text = text.strip()
-    if text.startswith("(") and text.endswith(")") and _balanced(text[1:-1]):
-        return text
-    return f"({text})"
-
-
-def _balanced(text: str) -> bool:
-    depth = 0
-    for char in text:
-        depth += {"(": 1, ")": -1}.get(char, 0)
-        if depth < 0:
-            return False
-    return depth == 0
-
-
-def default_clause(column: row_pb2.Column, expressions: bool = True) -> str:
-    """`` DEFAULT ...``: a literal as written, CURRENT_TIMESTAMP, an expression the binlog marks as
-    one in parentheses; ``""`` for none (or an unmarked default that is none of these).
-
-    ``expressions = False`` (TiDB, which takes few expression defaults) leaves expressions and
-    TEXT/BLOB/JSON defaults out, as for binlogs older than issue 19."""
-    if not column.HasField("default_value") or column.generated:
-        return ""
-    text = column.default_value.strip()
-    is_now = bool(_NOW.match(text)) and column.type in (T.TIMESTAMP, T.DATETIME)
-    if column.default_is_expression and not is_now:
-        if expressions:
-            return f" DEFAULT {expression(text)}"
-        log.warning("column %s: DEFAULT %s is an expression; created without it", column.name, text[:80])
-        return ""
-    if column.type in _UNBOUNDED and text.upper() != "NULL":
-        if expressions and _STRING_LITERAL.match(text):
-            return f" DEFAULT ({text})"  # TEXT/BLOB/JSON take defaults as expressions only
-        return ""
-    if text.upper() == "NULL":
-        return " DEFAULT NULL" if column.nullable else ""
-    if _NOW.match(text):
-        if column.type in (T.TIMESTAMP, T.DATETIME):
-            return f" DEFAULT CURRENT_TIMESTAMP{f'({column.fsp})' if column.fsp else ''}"
-        return ""
-    if _NUMBER.match(text) or _BIT_HEX.match(text):
-        return f" DEFAULT {text}"
-    if _STRING_LITERAL.match(text):
-        return f" DEFAULT {text}"
-    log.warning("column %s: DEFAULT %s is not a plain literal; created without it", column.name, text[:80])
-    return ""
+__all__ = [
+    "INDEX_PREFIX",
+    "MySQLDDL",
+    "column_type",
+    "default_clause",
+    "derived_type",
+    "from_mysql",
+    "indexed_columns",
+    "quote",
+    "string_literal",
+    "table_ref",
+]
 
 
 class MySQLDDL:
@@ -264,10 +114,10 @@ class MySQLDDL:
         mysql_origin = from_mysql(schema)
         indexed = column.name.lower() in indexed_columns(schema)
         text = f"{quote(column.name)} {column_type(column, mysql_origin, indexed)}"
-        if column.type in _STRINGS and mysql_origin:
-            if column.charset and _NAME.match(column.charset):
+        if column.type in STRING_TYPES and mysql_origin:
+            if column.charset and SAFE_NAME.match(column.charset):
                 text += f" CHARACTER SET {column.charset}"
-            if column.collation and _NAME.match(column.collation):
+            if column.collation and SAFE_NAME.match(column.collation):
                 text += f" COLLATE {column.collation}"
         if column.generated:
             kind = "STORED" if column.generated == row_pb2.STORED else "VIRTUAL"
@@ -275,7 +125,7 @@ class MySQLDDL:
         else:
             text += " NULL" if column.nullable else " NOT NULL"
             text += default_clause(column, expressions=self.flavor != "tidb")
-        if column.on_update and _NOW.match(column.on_update.strip()):
+        if column.on_update and NOW_CALL.match(column.on_update.strip()):
             text += f" ON UPDATE {column.on_update.strip()}"
         if column.auto_increment and indexed:
             text += " AUTO_INCREMENT"
@@ -306,9 +156,9 @@ class MySQLDDL:
         parts += [self.index_def(i, schema) for i in schema.indexes]
         options = ""
         if from_mysql(schema):
-            if schema.charset and _NAME.match(schema.charset):
+            if schema.charset and SAFE_NAME.match(schema.charset):
                 options += f" DEFAULT CHARSET={schema.charset}"
-            if schema.collation and _NAME.match(schema.collation):
+            if schema.collation and SAFE_NAME.match(schema.collation):
                 options += f" COLLATE={schema.collation}"
         else:
             options = " DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"
