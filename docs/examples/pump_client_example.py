@@ -10,6 +10,9 @@ binlogs, and stops at rows of a table no DDL created. Each run creates a
 table of its own by default, because a second CREATE TABLE of a name the
 drainer already tracks stops it too.
 
+``--without-create`` leaves the DDL out, to show what a drainer does then
+(docs/operations.md, "When a drainer halts").
+
 Then each transaction takes a start_ts from the meta service's TSO (through
 the client), writes its Prewrite binlog (carrying the row changes, encoded
 with the table's schema) to a pump, "commits upstream", takes a commit_ts and
@@ -64,12 +67,16 @@ async def transaction(pumps: AsyncPumpsClient, codec: RowCodec, n: int) -> None:
     await pumps.write_binlog(commit(start_ts, commit_ts))
 
 
-async def main(meta_addrs: str, txns: int, db: str, table: str) -> int:
+async def main(meta_addrs: str, txns: int, db: str, table: str, without_create: bool) -> int:
     config = PumpClientConfig(strategy="range", write_timeout=10.0)
     async with AsyncPumpsClient(meta_addrs, config) as pumps:
         print(f"cluster {pumps.cluster_id}; available pumps: {', '.join(pumps.available) or 'none'}")
-        schema = await create_table(pumps, db, table)
-        print(f"created table {schema.db}.{schema.table} (table id {schema.table_id})")
+        if without_create:  # rows of a table id no DDL binlog created: a drainer stops at them
+            schema = items_table(db, table or "never_created", table_id=await pumps.get_timestamp())
+            print(f"no CREATE TABLE written: rows of table id {schema.table_id} follow")
+        else:
+            schema = await create_table(pumps, db, table)
+            print(f"created table {schema.db}.{schema.table} (table id {schema.table_id})")
         codec = RowCodec(schema)
         await asyncio.gather(*(transaction(pumps, codec, n) for n in range(txns)))
     print(f"wrote {txns} transactions ({2 * txns} binlogs)")
@@ -82,9 +89,12 @@ if __name__ == "__main__":
     parser.add_argument("--txns", type=int, default=100)
     parser.add_argument("--db", default="example", help="database of the table (default: example)")
     parser.add_argument("--table", default="", help="table name (default: items_<table id>, new each run)")
+    parser.add_argument(
+        "--without-create", action="store_true", help="write no CREATE TABLE (to see a drainer halt)"
+    )
     args = parser.parse_args()
     try:
-        sys.exit(asyncio.run(main(args.meta, args.txns, args.db, args.table)))
+        sys.exit(asyncio.run(main(args.meta, args.txns, args.db, args.table, args.without_create)))
     except (MetaError, PumpError) as exc:
         print(f"pump_client_example: {type(exc).__name__}: {exc}", file=sys.stderr)
         sys.exit(1)

@@ -1,11 +1,15 @@
-"""The shell commands of README.md's tour, run in order as a new user would (issue 18).
+"""The shell commands of README.md's tour and of docs pages' sections, run in order as a new user
+and an operator would (issue 18).
 
-The tour's fenced ``sh`` blocks are run in a temporary copy of the tree (its
-top-level entries linked, a fresh ``var/``), with ``.venv/bin`` off the PATH
-so that the README's own way onto it is what makes ``binlog-bridge`` work.
-The first command that fails, or does not print what the text says it does
-(:data:`EXPECT`), fails the test naming its README line. The markers the
-test reads from the markdown (docs/development.md describes them):
+The fenced ``sh`` blocks of each section in :data:`SECTIONS` (README.md's
+tour, then docs/operations.md's "When a drainer halts" and "Removing a node
+for good", which go on with the tour's cluster) are run in a temporary copy
+of the tree (its top-level entries linked, a fresh ``var/``), with
+``.venv/bin`` off the PATH so that the README's own way onto it is what
+makes ``binlog-bridge`` work. The first command that fails, or does not
+print what the text says it does (:data:`EXPECT`, per page
+:data:`PAGE_EXPECT`), fails the test naming its page and line. The markers
+the test reads from the markdown (docs/development.md describes them):
 
 - ``<!-- docs-test: background -->`` before a block: each line is a server,
   started in the background in order; each must print a ``ready`` line
@@ -32,9 +36,22 @@ from tests.support.process import ChildProcess
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 ROOT = Path(__file__).resolve().parents[2]
-TOUR = "## A five-minute tour"
+SECTIONS = (  # (page, section heading): run in this order, on one cluster
+    ("README.md", "## A five-minute tour"),
+    ("docs/operations.md", "## When a drainer halts"),
+    ("docs/operations.md", "## Removing a node for good"),
+)
 MARKER = re.compile(r"<!--\s*docs-test:\s*(\w+)")
-PORTS = (8247, 8248, 8249, 8250, 8251, 8252)  # the example configs' (meta, pump, drainer)
+PORTS = (
+    8247,
+    8248,
+    8249,
+    8250,
+    8251,
+    8252,
+    8259,
+    8260,
+)  # the example configs' (meta, pump, drainer), drainer-2's
 COMMAND_TIMEOUT = 300.0  # scripts/run --seconds 10 starts, loads, catches up and diffs: well below
 READY_TIMEOUT = 90.0
 
@@ -50,19 +67,35 @@ EXPECT = {
     "binlog-bridge ctl --meta 127.0.0.1:8248 resume pump-1": "state now online",
     "curl http://127.0.0.1:8251/status": '"node_id": "pump-1"',
 }
+EXAMPLE = "python docs/examples/pump_client_example.py --meta 127.0.0.1:8248"
+# What a page's commands print where the same command means something else on another page.
+PAGE_EXPECT = {
+    "docs/operations.md": {
+        f"{EXAMPLE} --txns 20": "wrote 20 transactions",
+        f"{EXAMPLE} --txns 3 --without-create": "no CREATE TABLE written",
+        "binlog-bridge ctl --meta 127.0.0.1:8248 drainers ": "drainer drainer-1 failed at",
+        "binlog-bridge ctl --meta 127.0.0.1:8248 drainers --output json": '"state": "failed"',
+        "timeout -s KILL 8 binlog-bridge drainer": "drainer-2 is gone",
+        "binlog-bridge ctl --meta 127.0.0.1:8248 nodes ": "drainer-2",
+        "binlog-bridge ctl --meta 127.0.0.1:8248 offline drainer-2 --yes": "drainer-2: registered offline",
+        "binlog-bridge ctl --meta 127.0.0.1:8248 remove drainer-2 --yes": "drainer-2: record deleted",
+        "binlog-bridge ctl --meta 127.0.0.1:8248 prune --older-than 7d": "",
+    },
+}
 
 
 @dataclass
 class Block:
-    line: int  # of the opening fence in README.md
+    line: int  # of the opening fence in its page
     kind: str  # run | background | skip
-    commands: list[tuple[int, str]] = field(default_factory=list)  # (README line, command)
+    commands: list[tuple[int, str]] = field(default_factory=list)  # (page line, command)
 
 
-def tour_blocks(text: str) -> list[Block]:
-    """The ``sh`` blocks of the tour section, with their markers and commands (continuations joined)."""
+def section_blocks(text: str, heading: str) -> list[Block]:
+    """The ``sh`` blocks of the section under ``heading``, with their markers and commands
+    (continuations joined)."""
     lines = text.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.strip() == TOUR)
+    start = next(i for i, line in enumerate(lines) if line.strip() == heading)
     end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
     blocks: list[Block] = []
     marker, block, pending, first = "run", None, "", 0
@@ -91,9 +124,12 @@ def tour_blocks(text: str) -> list[Block]:
     return blocks
 
 
-def expectation(command: str) -> str:
-    matches = [prefix for prefix in EXPECT if command.startswith(prefix)]
-    return EXPECT[max(matches, key=len)] if matches else ""
+def expectation(page: str, command: str) -> str:
+    for table in (PAGE_EXPECT.get(page, {}), EXPECT):
+        matches = [prefix for prefix in table if command.startswith(prefix)]
+        if matches:
+            return table[max(matches, key=len)]
+    return ""
 
 
 def clean_env() -> dict[str, str]:
@@ -124,18 +160,34 @@ def servers() -> Iterator[list[ChildProcess]]:
         child.stop(timeout=30)
 
 
-def test_the_readme_tour_runs_as_written(clone: Path, servers: list[ChildProcess]) -> None:
+def test_the_readme_tour_and_the_operations_pages_run_as_written(
+    clone: Path, servers: list[ChildProcess]
+) -> None:
     busy = [port for port in PORTS if _listening(port)]
     assert not busy, f"the example configs' ports {busy} are taken; the tour needs them free"
-    blocks = tour_blocks((ROOT / "README.md").read_text())
-    kinds = [b.kind for b in blocks]
-    assert "background" in kinds and kinds.count("run") >= 3, kinds  # the markers are still there
-    env, prelude, ran = clean_env(), [f"cd {clone}"], 0
+    env, prelude, ran = clean_env(), [f"cd {clone}"], {}
+    for page, heading in SECTIONS:
+        blocks = section_blocks((ROOT / page).read_text(), heading)
+        assert any(b.kind == "run" for b in blocks), f"{page} {heading}: no command block"
+        ran[heading] = run_blocks(page, blocks, env, prelude, clone, servers)
+    tour = [b.kind for b in section_blocks((ROOT / "README.md").read_text(), SECTIONS[0][1])]
+    assert "background" in tour and tour.count("run") >= 3, tour  # the markers are still there
+    assert ran["## A five-minute tour"] >= 12  # demo, 3 servers, load, wait, diff, 5 ctl, curl
+    assert ran["## When a drainer halts"] >= 9  # two examples, the failed state, the skip, a restart
+    assert ran["## Removing a node for good"] >= 7  # a drainer gone, offline, remove, prune
+
+
+def run_blocks(
+    page: str, blocks: list[Block], env: dict[str, str], prelude: list[str], clone: Path,
+    servers: list[ChildProcess],
+) -> int:  # fmt: skip
+    """Run ``blocks`` in order (``prelude`` gains their ``source``/``export`` lines); how many ran."""
+    ran = 0
     for block in blocks:
         if block.kind == "skip":
             continue
         for line, command in block.commands:
-            where = f"README.md:{line}: {command}"
+            where = f"{page}:{line}: {command}"
             if command.startswith(("source ", "export ")):
                 prelude.append(command)
                 continue
@@ -151,10 +203,10 @@ def test_the_readme_tour_runs_as_written(clone: Path, servers: list[ChildProcess
                 )
                 output = result.stdout + result.stderr
                 assert result.returncode == 0, f"{where}\nexit {result.returncode}\n{output[-4000:]}"
-                said = expectation(command)
+                said = expectation(page, command)
                 assert said in result.stdout, f"{where}\ndoes not print {said!r}\n{output[-4000:]}"
             ran += 1
-    assert ran >= 12  # demo, 3 servers, load, wait, diff, 5 ctl, curl
+    return ran
 
 
 def _listening(port: int) -> bool:
