@@ -28,6 +28,7 @@ from drainer.config import DrainerConfig
 from drainer.relay.replay import ReplaySummary, replay
 from drainer.relay.sink import RELAY_REMOVED, RelayError, read_cluster_id, remove_files
 from drainer.sinks.file.binlogfile import BinlogFileReader, BinlogFileWriter, apply_ddl_record, list_files
+from drainer.sync.route import Router, routed
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +131,7 @@ def schema_after(directory: Path, state: CheckpointState) -> bytes:
 
 def _replay(config: DrainerConfig, directory: Path, cluster_id: int, state: CheckpointState) -> ReplaySummary:
     sink = build_sink(config.sink.types, config.sink.tables, Path(config.data_dir))
+    sink = routed(sink, Router.from_config(config.route))  # the names the drainer's sink writes to
     # Safe mode: the events above the checkpoint may be applied in part already.
     context = SinkContext.at(
         state.commit_ts, state.schema, cluster_id=cluster_id, safe_mode=True, data_dir=Path(config.data_dir)

@@ -11,9 +11,10 @@ logged with its commit_ts and the error, counted as ``ignored``, and the
 drainer carries on. A transaction skipped whole by a rule (``[filter]
 ignore-txn-commit-ts``, ``[skip] commit-ts``) is stored there too, so the
 directory holds every transaction skipped whole. ``binlog-bridge replay
---dir`` reads it like the file sink's directory; it applies only to a target
-that already has the tables (replay creates none), and a transaction the
-schema tracker could not follow fails there the same way.
+--dir`` reads it like the file sink's directory (``--to sqlite:DIR`` or
+``mysql://...``); the tables of the first file's schema that the target
+lacks are created first, and a transaction the schema tracker could not
+follow fails there the same way.
 
 A change the downstream refuses (:class:`~bridge.sink.errors.SinkApplyError`,
 e.g. MySQL error 1146 for a table dropped downstream) is found by the syncer: it
