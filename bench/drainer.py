@@ -276,6 +276,18 @@ def fetch_metrics(status_addr: str, prefix: str) -> dict[str, float]:
     return samples
 
 
+def peak_rss_mib(pid: int) -> float | None:
+    """The peak resident set of process ``pid`` so far (``VmHWM``), in MiB; None where unreadable."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    for line in status.splitlines():
+        if line.startswith("VmHWM:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return None
+
+
 def mysql_sink_faults(status_addr: str) -> dict[str, int]:
     """Deadlocks (error 1213) the MySQL sink's workers met, and every retry of a worker's open
     transaction (deadlocks, lock wait timeouts, lost connections)."""

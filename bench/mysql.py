@@ -61,7 +61,9 @@ from bench.drainer import (
     DRAINER_READY,
     PUMPS,
     drainer_toml,
+    fetch_metrics,
     mysql_sink_faults,
+    peak_rss_mib,
     row_values,
     spawn,
     start_cluster,
@@ -69,6 +71,7 @@ from bench.drainer import (
     wait_checkpoint,
     write_txn,
 )
+from bench.mysql_stages import Sample, server_costs, stage_costs
 from bench.mysql_workload import KINDS, KeyOwner, Model, bench_row, parse_mix, txn_sizes
 from bench.pump import TsoBatcher
 from bridge.binlog import ddl_prewrite, prewrite
@@ -153,9 +156,14 @@ def progress(message: str) -> None:
 
 
 async def preload(
-    meta_addr: str, schema: row_pb2.TableSchema, args: argparse.Namespace, mix: dict[str, int]
+    meta_addr: str,
+    schema: row_pb2.TableSchema,
+    args: argparse.Namespace,
+    mix: dict[str, int],
+    sample: Sample,
 ) -> tuple[int, Model]:
-    """The CREATE TABLE, then every transaction; (the last commit_ts, the model of the result)."""
+    """The CREATE TABLE, then every transaction; (the last commit_ts, the model of the result).
+    The first transactions are kept in ``sample`` too (for the stage costs)."""
     config = PumpClientConfig(strategy="range", rpc_timeout=30, write_timeout=120)
     model = Model()
     codec = RowCodec(schema)
@@ -166,7 +174,8 @@ async def preload(
             kind=row_pb2.SchemaChange.CREATE_TABLE, db=schema.db, table=schema.table, table_schema=schema
         )
         query = f"CREATE TABLE `{schema.db}`.`{schema.table}` ({CREATE_COLUMNS})"
-        await write_txn(client, tso, ddl_prewrite(await tso.get(), query, 1, change))
+        ddl = ddl_prewrite(await tso.get(), query, 1, change)
+        sample.add(ddl, await write_txn(client, tso, ddl))
         sizes = iter(txn_sizes(args.rows, args.rows_per_txn))
 
         async def task(owner: KeyOwner) -> int:
@@ -175,7 +184,9 @@ async def preload(
                 mutation = owner.txn(codec, schema.table_id, size, args.txn_kind)
                 start_ts = await tso.get()
                 binlog = prewrite(start_ts, [mutation.build()], b"k%d" % start_ts)
-                last = max(last, await write_txn(client, tso, binlog))
+                commit_ts = await write_txn(client, tso, binlog)
+                sample.add(binlog, commit_ts, size)
+                last = max(last, commit_ts)
             return last
 
         owners = [KeyOwner(n, args.concurrency, args.seed, mix, model) for n in range(args.concurrency)]
@@ -209,10 +220,10 @@ async def measure_drainer(
     args: argparse.Namespace,
     dsn: Dsn,
     database: str,
-) -> tuple[float, float, CpuMeter, dict[str, int]]:
+) -> tuple[float, float, CpuMeter, dict[str, Any]]:
     """(row changes/s of a drainer catching up from its ready line to a checkpoint at ``last_ts``,
     the seconds it took, the CPU the drainer, the pumps and the server spent meanwhile, the
-    deadlocks and retries of the sink's workers)."""
+    deadlocks and retries of the sink's workers and the drainer's peak RSS)."""
     meta_addr, pump_addrs = cluster
     config = tmp / "drainer.toml"
     sink = MYSQL_SINK_TOML.format(
@@ -232,11 +243,14 @@ async def measure_drainer(
         await wait_checkpoint(drainer, last_ts, args.timeout)
         elapsed = time.perf_counter() - drainer.ready_at
         cpu.stop()
-        faults = await asyncio.to_thread(mysql_sink_faults, drainer.match.group(1))
+        faults: dict[str, Any] = await asyncio.to_thread(mysql_sink_faults, drainer.match.group(1))
+        faults["drainer_peak_rss_mib"] = peak_rss_mib(drainer.proc.pid)
+        samples = await asyncio.to_thread(fetch_metrics, drainer.match.group(1), "bridge_sink_mysql_")
+        faults["server_us_per_row"] = server_costs(samples, args.rows)
     rate = args.rows / elapsed
     progress(f"drainer (mysql sink): {args.rows:,} row changes in {elapsed:.2f}s = {rate:,.0f} rows/s")
     progress(f"drainer phase, CPU us per row change: {cpu.per_row_us(args.rows)}")
-    progress(f"drainer phase, deadlocks and worker retries: {faults}")
+    progress(f"drainer phase, deadlocks, worker retries, peak RSS: {faults}")
     return rate, elapsed, cpu, faults
 
 
@@ -367,11 +381,14 @@ async def measure(args: argparse.Namespace, dsn: Dsn, mix: dict[str, int]) -> di
             tmp = Path(name)
             async with contextlib.AsyncExitStack() as stack:
                 cluster = await start_cluster(stack, tmp, progress)
-                last_ts, model = await preload(cluster[0], schema, args, mix)
+                sample = Sample()
+                last_ts, model = await preload(cluster[0], schema, args, mix, sample)
                 value, elapsed, drainer_cpu, faults = await measure_drainer(
                     tmp, cluster, last_ts, args, dsn, schema.db
                 )
         checked = verify(dsn, schema, model)
+        stages = stage_costs(sample, args.worker_count, args.batch_rows, batch_updates=True)
+        progress(f"CPU us per row change of the drainer's stages, on {sample.rows:,} of them: {stages}")
         ceiling, ceiling_cpu = measure_ceiling(dsn, schema.db, args)
         replay = measure_replay(dsn, schema, model, args)
     finally:
@@ -389,6 +406,7 @@ async def measure(args: argparse.Namespace, dsn: Dsn, mix: dict[str, int]) -> di
         "model": model,
         "checked": checked,
         "faults": faults,
+        "stages": {**stages, **faults.pop("server_us_per_row"), "sample_rows": sample.rows},
     }
 
 
@@ -429,6 +447,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         # deletes batched, one UPDATE per update); see measure_replay
         "replay": round(result["replay"], 1),
         "replay_ratio": float(f"{value / result['replay']:.4g}") if result["replay"] else 0.0,
+        # per row change: CPU us of build, decode, plan (in this process, on a sample), and the
+        # workers' wall us waiting for statements and COMMITs (the drainer's metrics); see
+        # bench/mysql_stages.py
+        "us_per_row_stages": result["stages"],
         # CPU microseconds per row of each process in each phase (None: not readable here); on a
         # 2-core machine the sum per row bounds rows/s more than any one process does
         "cpu_us_per_row": result["cpu_us_per_row"],
@@ -450,7 +472,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "downstream": f"{dsn.host}:{dsn.port}",
         },
         "verified": result["checked"],
-        # deadlocks (1213) among the sink's workers, and retries of a worker's open transaction
+        # deadlocks (1213) among the sink's workers, retries of a worker's open transaction, and
+        # the drainer child's peak RSS (VmHWM) when it had caught up
         **result["faults"],
         "load_avg": [round(x, 2) for x in os.getloadavg()],
         "ceiling_is": f"one pymysql connection, multi-row INSERT of {args.ceiling_rows} rows per statement "

@@ -34,6 +34,11 @@ def test_bench_mysql_prints_json_on_its_last_line() -> None:
     assert "orders verified" in result.stderr and "replay_orders verified" in result.stderr
     assert "ceiling (pymysql" in result.stderr
     assert figures["deadlocks"] == 0 and figures["worker_retries"] >= 0  # from the drainer's /metrics
+    assert figures["drainer_peak_rss_mib"] > 0
+    # us per row change of each stage: CPU of build, decode, plan on a sample; the workers' waits
+    stages = figures["us_per_row_stages"]
+    assert stages["sample_rows"] == 3000
+    assert all(stages[k] > 0 for k in ("build", "decode", "plan", "execute", "commit")), stages
     # CPU per row of each party, read from /proc: the drainer child and the ceiling's own client
     cpu = figures["cpu_us_per_row"]
     assert cpu["drainer_phase"]["drainer"] > 0 and cpu["ceiling"]["client"] > 0
