@@ -141,6 +141,7 @@ class Router:
     def __init__(self, rules: Sequence[RouteRule] = ()) -> None:
         self.rules = tuple(rules)
         self._cache: dict[tuple[str, str], tuple[str, str]] = {}
+        self._schemas: dict[int, tuple[row_pb2.TableSchema, row_pb2.TableSchema]] = {}
 
     @classmethod
     def from_config(cls, configs: Sequence[RouteConfig]) -> Router:
@@ -171,13 +172,22 @@ class Router:
         return db
 
     def schema(self, schema: row_pb2.TableSchema) -> row_pb2.TableSchema:
-        """``schema`` under its routed name (the same object when the name stays)."""
+        """``schema`` under its routed name (the same object when the name stays).
+
+        One routed object per schema object, across events: sinks cache a table's SQL by the
+        schema object's identity (:meth:`drainer.sinks.sql.sql.Translator.table`)."""
+        hit = self._schemas.get(id(schema))
+        if hit is not None and hit[0] is schema:
+            return hit[1]
         db, table = self.table(schema.db, schema.table)
-        if (db, table) == (schema.db, schema.table):
-            return schema
-        routed = row_pb2.TableSchema()
-        routed.CopyFrom(schema)
-        routed.db, routed.table = db, table
+        routed = schema
+        if (db, table) != (schema.db, schema.table):
+            routed = row_pb2.TableSchema()
+            routed.CopyFrom(schema)
+            routed.db, routed.table = db, table
+        if len(self._schemas) >= 10_000:
+            self._schemas.clear()
+        self._schemas[id(schema)] = (schema, routed)  # holds ``schema``: its id is not reused meanwhile
         return routed
 
     def change(self, change: row_pb2.SchemaChange) -> row_pb2.SchemaChange:
@@ -283,21 +293,19 @@ def rewrite_query(query: str, change: row_pb2.SchemaChange, routed: row_pb2.Sche
 class _RoutedRows:
     """A TxnEvent's decode closure with every row change's table routed."""
 
-    __slots__ = ("_decode", "_router", "_schemas")
+    __slots__ = ("_decode", "_router")
 
     def __init__(self, event: TxnEvent, router: Router) -> None:
         self._decode = event.decode
         self._router = router
-        # keyed by id(); the value keeps the upstream schema alive so its id is not reused
-        self._schemas: dict[int, tuple[row_pb2.TableSchema, row_pb2.TableSchema]] = {}
 
     def __call__(self) -> Iterator[RowChange]:
-        schemas = self._schemas
+        route = self._router.schema
+        pair: tuple[row_pb2.TableSchema, row_pb2.TableSchema] | None = None
         for change in self._decode():
-            entry = schemas.get(id(change.table))
-            if entry is None:
-                entry = schemas[id(change.table)] = (change.table, self._router.schema(change.table))
-            routed = entry[1]
+            if pair is None or pair[0] is not change.table:  # consecutive rows mostly share a table
+                pair = (change.table, route(change.table))
+            routed = pair[1]
             if routed is change.table:
                 yield change
             else:

@@ -187,6 +187,10 @@ def test_a_sink_behind_routes_sees_routed_context_rows_and_ddl() -> None:
         ("shop_b", "items", (2,)),
     ]
     assert changes[0].table is changes[1].table  # one routed schema per table, as sinks expect
+    sink.write([TxnEvent(20, 21, b"", lambda: iter(rows[:1]), 1)])
+    later = inner.events[-1]
+    assert isinstance(later, TxnEvent)
+    assert next(later.changes()).table is changes[0].table  # and across events: sinks cache by identity
     assert schema.db == "main"  # the tracker's schema is untouched
     assert (ddl.change.db, ddl.change.table, ddl.change.table_schema.db) == ("shop_b", "items", "shop_b")
     assert ddl.before is not None and ddl.after is not None
