@@ -14,6 +14,7 @@ offline``) the drainer delivers everything, equal to what was written."""
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -172,7 +173,19 @@ def test_poisoned_timestamps_are_refused_and_every_later_transaction_reaches_the
         last = inserts(producer, 3, 3)
         drainer.wait_checkpoint(last)
         assert strip_ddl_details(delivered(drainer.records())) == expected_records(producer.written)
+        # The drainer's control endpoint refuses what a browser page could send (and a bad length).
+        form = "Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 0"
+        assert http_status(drainer.status_port, f"POST /state/close HTTP/1.1\r\nHost: x\r\n{form}") == 403
+        assert http_status(drainer.status_port, "POST /state/close HTTP/1.1\r\nContent-Length: ²") == 400
+        assert drainer.status()["state"] == "ONLINE"
     finally:
         producer.close()
         drainer.kill()
     assert "Traceback" not in drainer.output and "Traceback" not in pump.output
+
+
+def http_status(port: int, head: str) -> int:
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall((head + "\r\n\r\n").encode())
+        reply = sock.recv(65536)
+    return int(reply.split(b" ")[1])
