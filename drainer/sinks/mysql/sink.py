@@ -9,7 +9,9 @@ How events are applied (the sink's thread is the *dispatcher*):
   to ``worker-count`` worker threads, each with its own connection, routed by
   :class:`~drainer.sinks.mysql.causality.Causality`: by the hash of the
   change's keys, to the worker already holding one of them, and after a flush
-  of every worker when two workers hold them (a *conflict*). The dispatcher
+  of every worker when two workers hold them (a *conflict*). A table with a
+  secondary unique index goes to one worker per flush window
+  (``serial-unique-tables``; why: the causality module). The dispatcher
   groups each worker's changes and writes them as multi-row statements
   (:mod:`drainer.sinks.mysql.batch`), handing them over at the end of every
   ``write``; a worker runs them (one round trip per group) and commits every
