@@ -160,6 +160,7 @@ def test_the_kafka_sink_names_topics_after_the_routed_names(
         drainer.kill()
 
 
+@pytest.mark.slow  # a fault test: a table dropped under a running drainer, a second drainer halting
 def test_refused_changes_skip_and_log_to_the_dead_letter_dir_or_halt_naming_the_skip_line(
     cluster: tuple[Path, str, Producer], mysql: Any, unique_name: str
 ) -> None:
