@@ -2,12 +2,12 @@
 
 A private Tansu broker (tests/support/tansu.py: free ports, topics in a local S3 server so a
 SIGKILL loses nothing it acknowledged; the shared broker is never touched) takes the kafka
-sink of a meta + three pumps + drainer cluster while `binlog-bridge load` runs with DDL; the
+sink of a meta + pump + drainer cluster while `binlog-bridge load` runs with DDL; the
 broker is SIGKILLed mid-load and started again 1.5 s later on the same port. The drainer
 retries its failed flush and does not move its checkpoint past what the broker acknowledged.
 Then `binlog-bridge consume --apply` of the topics into a fresh SQLite database diffs equal
 with the upstream. The topics were created with the broker's default replication factor
-(``replication-factor`` unset). Run time: ~40 s (a whole cluster, a 6 s load, a full replay).
+(``replication-factor`` unset). Run time: ~35 s (a cluster, a 5 s load, a full replay).
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from bridge.apps.demo.cluster import Cluster
+from bridge.apps.demo.cluster import Cluster, ClusterSpec, resolver_for
 from bridge.apps.demo.workload import LoadProcess
-from tests.e2e.test_kafka_e2e import kafka_spec, replay_and_diff
+from tests.e2e.test_kafka_e2e import replay_and_diff
 from tests.e2e.test_pipeline import run_load, wait_for_transactions
 from tests.support.tansu import PrivateTansu
 
@@ -44,7 +44,15 @@ def test_broker_sigkilled_while_the_drainer_writes_replays_equal(
     tmp_path: Path, broker: PrivateTansu, unique_name: str
 ) -> None:
     upstream = f"sqlite://{tmp_path / 'upstream.db'}"
-    cluster = Cluster(kafka_spec(tmp_path, upstream, broker.bootstrap, unique_name))
+    kafka = {"bootstrap-servers": broker.bootstrap, "prefix": unique_name, "resolved-interval": "300ms"}
+    spec = ClusterSpec(
+        tmp_path / "cluster",
+        pumps=1,
+        sinks=("kafka",),
+        resolver=resolver_for(upstream),
+        drainer_settings={"sink": {"kafka": kafka}, "resolved-interval": "300ms"},
+    )
+    cluster = Cluster(spec)
 
     def kill_the_broker(cluster: Cluster, load: LoadProcess) -> None:
         wait_for_transactions(cluster, load, 60)
@@ -57,7 +65,7 @@ def test_broker_sigkilled_while_the_drainer_writes_replays_equal(
 
     try:
         cluster.start()
-        summary = run_load(cluster, upstream, seconds=6, fault=kill_the_broker)
+        summary = run_load(cluster, upstream, seconds=5, fault=kill_the_broker)
         log.warning("load with the broker killed once: %s", summary)
         assert broker.starts == 2
         replay_and_diff(cluster, upstream, broker.bootstrap, unique_name, tmp_path / "replica")
