@@ -48,7 +48,7 @@ from bridge.sink.schema import SchemaTracker, SchemaTrackError
 log = logging.getLogger(__name__)
 
 SchemaChange = row_pb2.SchemaChange
-_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
+PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 
 
 def compile_pattern(pattern: str, key: str) -> re.Pattern[str]:
@@ -62,17 +62,17 @@ def compile_pattern(pattern: str, key: str) -> re.Pattern[str]:
 def _check_target(template: str, key: str) -> None:
     if not template:
         raise ConfigError(f"{key}: must not be empty")
-    for name in _PLACEHOLDER.findall(template):
+    for name in PLACEHOLDER.findall(template):
         if name not in ("schema", "table"):
             raise ConfigError(
                 f"{key}: unknown placeholder {{{name}}} in {template!r} (use {{schema}}, {{table}})"
             )
-    if "{" in _PLACEHOLDER.sub("", template) or "}" in _PLACEHOLDER.sub("", template):
+    if "{" in PLACEHOLDER.sub("", template) or "}" in PLACEHOLDER.sub("", template):
         raise ConfigError(f"{key}: unbalanced braces in {template!r}")
 
 
 def _render(template: str, schema: str, table: str) -> str:
-    return _PLACEHOLDER.sub(lambda m: schema if m.group(1) == "schema" else table, template)
+    return PLACEHOLDER.sub(lambda m: schema if m.group(1) == "schema" else table, template)
 
 
 @dataclass

@@ -10,6 +10,7 @@ with the MySQL sink on the real MariaDB (issue 18).
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +24,7 @@ from bridge.dsn import parse_dsn
 from bridge.proto import row_pb2
 from drainer.sinks.file.binlogfile import BinlogFileReader
 from tests.support.drainer_cluster import DrainerProcess, Producer, table
+from tests.support.process import run_cli
 from tests.support.pump_server import PumpProcess, start_meta
 
 pytestmark = pytest.mark.timeout(240)
@@ -129,7 +131,7 @@ def test_routes_rename_the_database_and_a_table_for_dml_and_ddl(
 
 
 @pytest.mark.kafka
-def test_the_kafka_sink_names_topics_after_the_routed_names(
+def test_the_kafka_sink_names_topics_after_the_routed_names_and_its_topic_rules(
     cluster: tuple[Path, str, Producer], kafka_bootstrap: str, unique_name: str
 ) -> None:
     workdir, meta_addr, producer = cluster
@@ -139,23 +141,35 @@ def test_the_kafka_sink_names_topics_after_the_routed_names(
         f'[[route]]\nschema-pattern = "{up}"\ntable-pattern = "it?ms"\ntarget-schema = "shop"\n'
         'target-table = "{schema}_{table}"\n'
     )
+    topic_routes = (
+        f'[[sink.kafka.topic-route]]\nschema-pattern = "{up}"\ntable-pattern = "ord*"\n'
+        'topic = "{prefix}.by-rule.{table}"\n'
+    )
     drainer = DrainerProcess(
         workdir / f"{up}-kafka",
         meta_addr,
         node_id="drainer-kafka",
         sink_type='"kafka"',
-        sink_tables=f'[sink.kafka]\nbootstrap-servers = "{kafka_bootstrap}"\nprefix = "{up}"\n',
+        sink_tables=f'[sink.kafka]\nbootstrap-servers = "{kafka_bootstrap}"\nprefix = "{up}"\n{topic_routes}',
         extra_config=f'[filter]\ndo-db = ["{up}"]\n{routes}',
     )
     try:
         drainer.start()
         producer.create(table("items", 3001, db=up))
-        last = producer.txn([("insert", "items", None, (1, "one"))])
+        producer.create(table("orders", 3002, db=up))
+        last = producer.txn([("insert", "items", None, (1, "one")), ("insert", "orders", None, (2, "two"))])
         drainer.wait_checkpoint(last.commit_ts)
         topics = set(AdminClient({"bootstrap.servers": kafka_bootstrap}).list_topics(timeout=10).topics)
-        assert f"{up}.shop.{up}_items" in topics
-        assert not any(t.startswith(f"{up}.{up}.") for t in topics)  # nothing under the upstream name
+        assert {f"{up}.shop.{up}_items", f"{up}.by-rule.orders"} <= topics  # [[route]]; the topic rule
+        assert not any(t.startswith(f"{up}.{up}.") for t in topics)  # nothing under the template's name
         assert drainer.stop() == 0
+        read = run_cli(
+            "consume", "--bootstrap-servers", kafka_bootstrap, "--topic", f"{up}.by-rule.orders",
+            "--from-beginning", "--idle-timeout", "2",
+        )  # fmt: skip
+        assert read.returncode == 0, read.stderr
+        (message,) = [json.loads(line) for line in read.stdout.splitlines()]
+        assert message["source"]["db"] == up and message["source"]["table"] == "orders"  # names kept
     finally:
         drainer.kill()
 

@@ -11,6 +11,7 @@ from bridge.config import build
 from bridge.errors import ConfigError
 from bridge.kafkaclient import SettingValue, check_security
 from drainer.sinks.kafka.topics import BROKER_DEFAULT_REPLICATION, check_template
+from drainer.sync.topicroute import TopicRouteConfig, TopicRouter
 
 # The librdkafka settings the sink owns: the contract depends on them.
 _OWNED = {
@@ -88,6 +89,8 @@ class KafkaSinkConfig:
             "help": "extra librdkafka settings (security.protocol, sasl.*, ssl.*, ...); secrets never logged"
         },
     )
+    topic_route: list[TopicRouteConfig] = field(default_factory=list)  # [[sink.kafka.topic-route]]
+    topic_router: TopicRouter = field(default_factory=TopicRouter, init=False, compare=False, repr=False)
     delivery_timeout: float = field(
         default=120.0,
         metadata={
@@ -142,8 +145,10 @@ def load_config(config_table: Mapping[str, Any]) -> KafkaSinkConfig:
     extra_registry = check_settings(table.pop("schema-registry", {}), "sink.kafka.schema-registry")
     if "bootstrap-servers" not in table:
         raise ConfigError('sink.kafka.bootstrap-servers: required, e.g. bootstrap-servers = "127.0.0.1:9092"')
+    routes = table.pop("topic-route", None)
     config = build(KafkaSinkConfig, table, prefix="sink.kafka.")
     config.producer, config.schema_registry = extra_producer, extra_registry
+    config.topic_route, config.topic_router = TopicRouter.parse(routes, config.prefix)
     for name in extra_producer:
         if name in _OWNED:
             raise ConfigError(f"sink.kafka.producer.{name}: set by the sink {_OWNED[name]}; remove it")

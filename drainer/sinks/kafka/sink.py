@@ -92,7 +92,7 @@ class KafkaSink(Sink):
 
     def __init__(self, config_table: Mapping[str, Any], data_dir: Path) -> None:
         self.config = config = load_config(config_table)
-        self.names = TopicNames(config.prefix, config.topic_template)
+        self.names = TopicNames(config.prefix, config.topic_template, config.topic_router)
         self.cluster_id = 0  # the cluster replicated: source.cluster_id of every message (from open)
         self._admin = TopicAdmin(admin_settings(config), min(config.delivery_timeout, 30.0))
         spec = TopicSpec(config.partitions, config.replication_factor)

@@ -2,9 +2,11 @@
 
 Names (docs/kafka-sink.md, "Topics"):
 
-- a table's topic: ``topic-template`` (default ``"{prefix}.{db}.{table}"``)
-  with every character Kafka does not allow in a topic name (anything but
-  ``A-Z a-z 0-9 . _ -``) in the database and table names replaced by ``_``;
+- a table's topic: the first ``[[sink.kafka.topic-route]]`` rule that
+  matches it (:mod:`drainer.sync.topicroute`), else ``topic-template``
+  (default ``"{prefix}.{db}.{table}"``), with every character Kafka does not
+  allow in a topic name (anything but ``A-Z a-z 0-9 . _ -``) in the database
+  and table names replaced by ``_``;
 - the DDL topic ``"{prefix}._ddl"`` (1 partition, ``retention.ms=-1``: a consumer starting
   from the beginning needs every DDL event, docs/consume.md);
 - the schemas topic ``"{prefix}._schemas"`` (1 partition, ``cleanup.policy=compact``),
@@ -35,6 +37,7 @@ from confluent_kafka.cimpl import NewTopic
 from bridge.errors import ConfigError
 from bridge.proto import row_pb2
 from bridge.sink.errors import SinkApplyError, SinkCheckFailed, SinkError, SinkUnavailable
+from drainer.sync.topicroute import TopicRouter
 
 log = logging.getLogger(__name__)
 _RDKAFKA_LOG = logging.getLogger("drainer.sinks.kafka.librdkafka")  # librdkafka's own log lines
@@ -101,9 +104,12 @@ class TopicNames:
 
     prefix: str
     template: str
+    routes: TopicRouter = field(default_factory=TopicRouter)  # [[sink.kafka.topic-route]]
 
     def table(self, db: str, table: str) -> str:
-        name = self.template.format(prefix=self.prefix, db=sanitize(db), table=sanitize(table))
+        name = self.routes.topic(db, table, self.prefix, sanitize) if self.routes else None
+        if name is None:
+            name = self.template.format(prefix=self.prefix, db=sanitize(db), table=sanitize(table))
         if name in (self.ddl, self.schemas):  # e.g. "{db}.{table}" and a table bridge._ddl
             raise SinkApplyError(
                 f"kafka sink: table {db}.{table}: its topic would be {name}, the sink's own "
