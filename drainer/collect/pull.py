@@ -242,9 +242,14 @@ class PumpPuller:
                     self.status.connects += 1
                     log.info("pulling pump %s at %s from commit_ts %d", self.name, self.addr, after)
                 items = response_items(response, self.name)
+                # The message holds a second copy of every payload (protobuf's, besides the bytes the
+                # items took): let it go before waiting, which for a large transaction lasts until
+                # the sink has worked through it.
+                del response
                 self.status.messages += 1
                 metrics.PULLED_MESSAGES.labels(self.name).inc()
                 self._feed.feed(self.name, items)
+                del items
                 await self._feed.wait_room(self.name)
         finally:
             self.status.connected = False
