@@ -91,6 +91,11 @@ def rollback(start_ts: int) -> binlog_pb2.Binlog:
 # final (schemas/README.md, "Errors").
 PUMP_UNAVAILABLE_PREFIX = "unavailable: "
 
+# A pump's errmsg for a Commit it will not deliver (its Prewrite was settled by
+# the lost-commit resolver, or its commit_ts is below the pump's watermark):
+# final, and no other pump knows the Prewrite (pump/storage/late_commits.py).
+COMMIT_REFUSED_PREFIX = "commit refused: "
+
 
 def probe() -> binlog_pb2.Binlog:
     """The empty binlog a pump acknowledges without storing (``start_ts = commit_ts = 0``)."""

@@ -13,6 +13,7 @@
     └── PumpError                  writing binlogs to pumps
         ├── PumpUnavailable        one pump did not answer (retriable)
         ├── PumpRejected           a pump answered with an error message
+        │   └── CommitRefused      a Commit the pump will not deliver (final)
         └── NoPumpAvailable        no pump took the binlog within the timeout
 
 Third-party exceptions (grpc, aetcd, OSError) are translated into this tree at
@@ -88,6 +89,12 @@ class PumpRejected(PumpError):
 
 class BinlogTooLarge(PumpRejected):
     """The binlog is over the pump's (or this client's) message size limit; sending it again cannot help."""
+
+
+class CommitRefused(PumpRejected):
+    """The pump refused a Commit it would not deliver: the lost-commit resolver already
+    settled its Prewrite, or the pump's watermark passed its commit_ts. No other pump
+    holds the Prewrite, so sending it elsewhere or again cannot help."""
 
 
 class NoPumpAvailable(PumpError):

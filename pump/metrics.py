@@ -91,6 +91,12 @@ UNPAIRED_PREWRITES = Gauge(
     "bridge_pump_unpaired_prewrites",
     "Prewrites waiting for their Commit or Rollback",
 )
+LATE_COMMITS_REFUSED = Counter(
+    "bridge_pump_late_commits_refused_total",
+    "Commits refused because the pump would not deliver them, by reason (settled: the lost-commit "
+    "resolver already settled the Prewrite; late: commit_ts at or below the watermark)",
+    ["reason"],
+)
 LOST_COMMITS = Counter(
     "bridge_pump_lost_commits_total",
     "Prewrites unpaired after max-txn-timeout, by outcome (found: committed upstream, Commit written; "

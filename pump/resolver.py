@@ -9,6 +9,8 @@ pair, and that Prewrite holds the pump's watermark back. After
 - committed (the resolver returns its commit_ts): the pump writes the Commit
   itself;
 - not committed (None): the Prewrite is discarded;
+- either way, a Commit of that start_ts arriving later is refused, never
+  acknowledged (:mod:`pump.storage.late_commits`);
 - the resolver failed: nothing is decided; the Prewrite stays pending and is
   asked about again on the next sweep. An error never discards anything.
 
@@ -62,6 +64,8 @@ _NO_SUCH_DATABASE = 1049
 class NoStatusResolver:
     """``type = "none"``: nobody to ask, so every lost commit is treated as not committed."""
 
+    name = 'resolver "none" (upstream not asked)'
+
     async def resolve(self, start_ts: int) -> int | None:
         return None
 
@@ -95,6 +99,7 @@ class MySQLStatusResolver:
         self._attempts = max(1, attempts)
         self._conn: Any = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="resolver-mysql")
+        self.name = f'resolver "mysql" ({self.dsn})'  # the Dsn prints without its password
 
     async def resolve(self, start_ts: int) -> int | None:
         backoff = Backoff(initial=0.1, cap=2.0)
@@ -176,8 +181,9 @@ class UnpairedPrewrites(Protocol):
         """start_ts of every Prewrite unpaired for at least ``age`` seconds, oldest first."""
         ...
 
-    async def resolve(self, start_ts: int, commit_ts: int | None) -> None:
-        """Pair the Prewrite with a Commit at ``commit_ts`` (durably), or discard it when None."""
+    async def resolve(self, start_ts: int, commit_ts: int | None, by: str) -> None:
+        """Pair the Prewrite with a Commit at ``commit_ts`` (durably), or discard it when None;
+        ``by`` names the resolver (a later Commit of ``start_ts`` is refused naming it)."""
         ...
 
 
@@ -232,7 +238,7 @@ class LostCommitSweeper:
                 result.pending = len(candidates) - index
                 self._log_resolver_error(exc, result.pending)
                 break
-            await self._storage.resolve(start_ts, commit_ts)
+            await self._storage.resolve(start_ts, commit_ts, by=self._resolver.name)
             if commit_ts is None:
                 result.discarded += 1
                 metrics.LOST_COMMITS.labels("discarded").inc()

@@ -28,6 +28,8 @@ class StatusTableMissing(ResolverError):
 class LostCommitResolver(Protocol):
     """Tells whether the upstream committed the transaction that began at ``start_ts``."""
 
+    name: str  # names it in logs and in the refusal of a late Commit, e.g. 'resolver "mysql" (dsn)'
+
     async def resolve(self, start_ts: int) -> int | None:
         """The commit_ts if the transaction committed, None if it did not.
 

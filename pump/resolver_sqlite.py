@@ -31,6 +31,7 @@ class SQLiteStatusResolver:
         self._attempts = max(1, attempts)
         self._conn: sqlite3.Connection | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="resolver-sqlite")
+        self.name = f'resolver "sqlite" ({self.path})'
 
     async def resolve(self, start_ts: int) -> int | None:
         loop = asyncio.get_running_loop()

@@ -16,7 +16,9 @@ Writes (``WriteBinlog``, ``WriteBinlogs``):
 - ``WriteBinlog`` (one binlog) ends with ``INVALID_ARGUMENT`` naming the fault
   when its payload fails those checks (e.g. a Commit with ``commit_ts <=
   start_ts``), and with ``OUT_OF_RANGE`` when its timestamps are beyond the
-  TSO's (:mod:`pump.guard`); in ``WriteBinlogs`` both are the binlog's errmsg.
+  TSO's (:mod:`pump.guard`), and with ``FAILED_PRECONDITION`` when it is a
+  Commit the pump would not deliver (:mod:`pump.storage.late_commits`); in
+  ``WriteBinlogs`` each is the binlog's errmsg.
 - Every stored binlog is admitted by the node (:meth:`pump.node.PumpNode.enter_write`):
   a refused one gets the refusal as its errmsg. An empty errmsg means the
   binlog is durable.
@@ -60,7 +62,14 @@ from typing import Any, Protocol
 
 import grpc
 
-from bridge.binlog import PUMP_UNAVAILABLE_PREFIX, BinlogType, is_fake, is_probe, parse_binlog
+from bridge.binlog import (
+    COMMIT_REFUSED_PREFIX,
+    PUMP_UNAVAILABLE_PREFIX,
+    BinlogType,
+    is_fake,
+    is_probe,
+    parse_binlog,
+)
 from bridge.errors import ProtocolError
 from bridge.proto import binlog_pb2, pump_pb2
 from pump import metrics
@@ -204,6 +213,8 @@ class PumpService:
         (errmsg,) = await self._write_or_abort([request.payload], context)
         if errmsg.startswith(REFUSAL_PREFIX):
             await context.abort(grpc.StatusCode.OUT_OF_RANGE, errmsg)
+        if errmsg.startswith(COMMIT_REFUSED_PREFIX):  # a Commit this pump would not deliver
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, errmsg)
         return pump_pb2.WriteBinlogResp(errmsg=errmsg)
 
     async def WriteBinlogs(

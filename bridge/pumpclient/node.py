@@ -22,8 +22,8 @@ from typing import Any
 
 import grpc
 
-from bridge.binlog import PUMP_UNAVAILABLE_PREFIX
-from bridge.errors import BinlogTooLarge, PumpRejected, PumpUnavailable
+from bridge.binlog import COMMIT_REFUSED_PREFIX, PUMP_UNAVAILABLE_PREFIX
+from bridge.errors import BinlogTooLarge, CommitRefused, PumpRejected, PumpUnavailable
 from bridge.grpcutil import aio_channel
 from bridge.proto import binlog_pb2, pump_pb2, pump_pb2_grpc
 from bridge.pumpclient import metrics
@@ -105,7 +105,8 @@ class PumpNode:
 
         Raises PumpUnavailable when the call fails or no answer comes within
         ``timeout`` or its state refuses writes for now (paused, closing...),
-        PumpRejected when the pump refused this binlog itself.
+        PumpRejected when the pump refused this binlog itself (CommitRefused
+        for a Commit the pump would not deliver).
         """
         future: asyncio.Future[str] = self._loop.create_future()
         self._queue.append(PendingBinlog(payload, kind, future))
@@ -127,6 +128,8 @@ class PumpNode:
                 timer.cancel()
         if errmsg.startswith(PUMP_UNAVAILABLE_PREFIX):  # the pump's state, not the binlog
             raise PumpUnavailable(f"pump {self.label} cannot take the {kind} binlog now: {errmsg}")
+        if errmsg.startswith(COMMIT_REFUSED_PREFIX):  # final: no other pump holds the Prewrite
+            raise CommitRefused(f"pump {self.label} refused the {kind} binlog: {errmsg}")
         if errmsg:
             raise PumpRejected(f"pump {self.label} rejected the {kind} binlog: {errmsg}")
 

@@ -27,6 +27,10 @@ Rules:
   the orphan timeout; expiring logs an error and drops it.
 - A Commit whose commit_ts is at or below the watermark is dropped with an
   error (a producer broke the two-phase protocol); it never moves back in time.
+  :meth:`Sorter.would_drop_commit` answers, before a Commit is written,
+  whether this rule (and no duplicate) applies to it, so the pump can refuse
+  it instead of acknowledging a Commit it will not deliver
+  (:mod:`pump.storage.late_commits`).
 """
 
 from __future__ import annotations
@@ -141,6 +145,19 @@ class Sorter:
 
     def is_unpaired(self, start_ts: int) -> bool:
         return start_ts in self._state.unpaired
+
+    def holds_commit(self, commit_ts: int) -> bool:
+        """True when a commit at ``commit_ts`` is paired (this round or indexed):
+        a Commit arriving again at that ts is a duplicate."""
+        return commit_ts in self._round_commits or self._is_committed(commit_ts)
+
+    def would_drop_commit(self, commit_ts: int) -> bool:
+        """True when a Commit at ``commit_ts`` fed now or later would be dropped
+        as late: its commit_ts is at or below the watermark (which never goes
+        down) and it is no duplicate of a commit already paired. Its Prewrite
+        being unpaired cannot save it: while a Prewrite is unpaired the
+        watermark stays below its start_ts, hence below its commit_ts."""
+        return commit_ts <= self._state.watermark and not self.holds_commit(commit_ts)
 
     def add(self, tp: int, start_ts: int, commit_ts: int, pointer: Pointer) -> None:
         """Feed one record, in log order. Checks against the watermark use its

@@ -34,6 +34,7 @@ from pump.storage.chaser import Chaser
 from pump.storage.config import StorageConfig
 from pump.storage.errors import DataDirLocked, StorageClosed, StorageError
 from pump.storage.index import Index
+from pump.storage.late_commits import LateCommitGate
 from pump.storage.pull import CommittedTxn, PullItem, PullReader, Watermark
 from pump.storage.segment import Pointer
 from pump.storage.sorter import COMMIT, PREWRITE, ROLLBACK, Sorter, SorterCounters, SorterState, seconds_to_ts
@@ -146,6 +147,7 @@ class Storage:
             vlog, self._chaser, max_batch_bytes=config.max_batch_bytes, ack_wait=config.index_ack_wait
         )
         self._reader = PullReader(index, vlog)
+        self._late_commits = LateCommitGate(self._sorter, self._chaser.lock)
         self._chaser.start()
 
     @classmethod
@@ -201,7 +203,9 @@ class Storage:
         All or nothing for validation: a binlog of an unknown or unstored type
         or with impossible timestamps raises :class:`ProtocolError` and nothing
         of the call is written. Probes (start_ts = commit_ts = 0) are not
-        stored. Many concurrent callers share one append and one fsync.
+        stored. Many concurrent callers share one append and one fsync. A
+        Commit the pump would not deliver raises :class:`LateCommit` (a
+        ProtocolError; :mod:`pump.storage.late_commits`).
         """
         records: list[Record] = []
         for binlog, payload in binlogs:
@@ -212,6 +216,9 @@ class Storage:
         if not records:
             return
         self._check_open()
+        if self._late_commits.suspects(records) and self._late_commits.refusal(records):
+            await self.wait_indexed()  # a duplicate Commit may be paired but not yet indexed
+            self._late_commits.refuse(records)  # nothing awaited from here to the submit
         await self._writer.submit(records)
 
     async def write_fake(self, ts: int) -> None:
@@ -219,15 +226,19 @@ class Storage:
         fake = fake_binlog(ts)
         await self.write([(fake, fake.SerializeToString())])
 
-    async def resolve(self, start_ts: int, commit_ts: int | None) -> None:
+    async def resolve(
+        self, start_ts: int, commit_ts: int | None, by: str = "the lost-commit resolver"
+    ) -> None:
         """Settle an unpaired Prewrite: write its Commit at ``commit_ts``, or a
         Rollback when None (the Prewrite is discarded). Durable on return; does
-        nothing when the Prewrite is no longer unpaired."""
+        nothing when the Prewrite is no longer unpaired. ``by`` names the
+        resolver in the refusal of a later Commit of ``start_ts``."""
         with self._chaser.lock:
             pending = self._sorter.is_unpaired(start_ts)
         if not pending:
             log.info("resolve(%d): the Prewrite is no longer unpaired; nothing to do", start_ts)
             return
+        self._late_commits.settle(start_ts, commit_ts, by)
         binlog = rollback(start_ts) if commit_ts is None else commit(start_ts, commit_ts)
         await self.write([(binlog, binlog.SerializeToString())])
 

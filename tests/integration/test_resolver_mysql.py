@@ -89,7 +89,7 @@ class UnpairedStore:
         now = time.monotonic()
         return sorted(ts for ts, arrived in self.arrivals.items() if now - arrived >= age)
 
-    async def resolve(self, start_ts: int, commit_ts: int | None) -> None:
+    async def resolve(self, start_ts: int, commit_ts: int | None, by: str = "") -> None:
         del self.arrivals[start_ts]
         self.resolved.append((start_ts, commit_ts))
 
