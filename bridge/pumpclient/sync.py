@@ -4,18 +4,19 @@ It runs an :class:`AsyncPumpsClient` on an event loop in a background thread
 and hands each call to it, so both APIs share one routing, retry and batching
 path; binlogs from many threads coalesce into the same batched calls.
 
-Writes reach the loop through an inbox: a calling thread appends its binlog
-and wakes the loop only when no wake-up is already pending, and the loop
-takes everything in the inbox at once. Under load one wake-up carries many
-threads' binlogs (a wake-up per call cost more CPU than the write itself);
-an idle client still sends a lone binlog at once.
+Writes and timestamp requests reach the loop through an inbox: a calling
+thread appends its call and wakes the loop only when no wake-up is already
+pending, and the loop takes everything in the inbox at once. Under load one
+wake-up carries many threads' calls (a wake-up per call cost more CPU than
+the write itself); an idle client still sends a lone binlog at once. Each
+caller then blocks on a lock of its own that the loop releases with the
+result (a ``concurrent.futures.Future`` per call cost more).
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import functools
 import threading
 from collections import deque
 from collections.abc import Coroutine, Sequence
@@ -27,6 +28,28 @@ from bridge.pumpclient.client import AsyncPumpsClient
 from bridge.pumpclient.config import PumpClientConfig
 
 T = TypeVar("T")
+
+
+class _Handoff:
+    """One call's outcome, handed from the loop thread to the thread that waits for it."""
+
+    __slots__ = ("_ready", "error", "result")
+
+    def __init__(self) -> None:
+        self._ready = threading.Lock()
+        self._ready.acquire()  # held until settle(): the caller's acquire blocks until then
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+    def settle(self, result: Any, error: BaseException | None) -> None:
+        self.result, self.error = result, error
+        self._ready.release()
+
+    def wait(self) -> Any:
+        self._ready.acquire()
+        if self.error is not None:
+            raise self.error
+        return self.result
 
 
 class PumpsClient:
@@ -43,10 +66,10 @@ class PumpsClient:
         self._thread = threading.Thread(target=self._loop.run_forever, name="pump-client-loop", daemon=True)
         self._lock = threading.Lock()
         self._state = "new"
-        self._inbox: deque[tuple[binlog_pb2.Binlog, concurrent.futures.Future[None]]] = deque()
+        self._inbox: deque[tuple[Coroutine[Any, Any, Any], _Handoff]] = deque()
         self._inbox_lock = threading.Lock()
         self._wake_pending = False
-        self._writes: set[asyncio.Task[None]] = set()
+        self._calls: dict[asyncio.Task[Any], _Handoff] = {}
 
     def __enter__(self) -> PumpsClient:
         self.start()
@@ -88,44 +111,63 @@ class PumpsClient:
 
     def get_timestamps(self, count: int = 1) -> int:
         """Allocate ``count`` consecutive timestamps from the meta service's TSO; returns the first."""
-        return self._run(self._client.get_timestamps(count))
+        return int(self._call(self._client.get_timestamps(count)))
 
     def get_timestamp(self) -> int:
         """One fresh timestamp (a start_ts or commit_ts) from the meta service's TSO."""
-        return self._run(self._client.get_timestamps(1))
+        return int(self._call(self._client.get_timestamps(1)))
 
     def write_binlog(self, binlog: binlog_pb2.Binlog) -> None:
         """Write one binlog; blocks until it is durable on a pump (see AsyncPumpsClient)."""
-        self._check_caller()
-        done: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._call(self._client.write_binlog(binlog))
+
+    def _call(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        """Run ``coro`` on the loop through the inbox; its result or exception."""
+        try:
+            self._check_caller()
+        except RuntimeError:
+            coro.close()
+            raise
+        handoff = _Handoff()
         with self._inbox_lock:
-            self._inbox.append((binlog, done))
+            self._inbox.append((coro, handoff))
             wake, self._wake_pending = not self._wake_pending, True
         if wake:
-            self._loop.call_soon_threadsafe(self._take_inbox)
-        done.result()
+            try:
+                self._loop.call_soon_threadsafe(self._take_inbox)
+            except RuntimeError:  # the loop closed meanwhile: nobody will take the inbox
+                self._fail_inbox()
+        return handoff.wait()
+
+    def _fail_inbox(self) -> None:
+        """Settle every call still in the inbox with the closed client's error."""
+        with self._inbox_lock:
+            stranded = list(self._inbox)
+            self._inbox.clear()
+            self._wake_pending = False
+        for coro, handoff in stranded:
+            coro.close()
+            handoff.settle(None, RuntimeError("the pump client is closed"))
 
     def _take_inbox(self) -> None:
-        """On the loop: start a write for every binlog in the inbox."""
+        """On the loop: start every call in the inbox."""
         with self._inbox_lock:
             items = list(self._inbox)
             self._inbox.clear()
             self._wake_pending = False
-        for binlog, done in items:
-            if not done.set_running_or_notify_cancel():
-                continue
-            task = self._loop.create_task(self._client.write_binlog(binlog))
-            self._writes.add(task)
-            task.add_done_callback(functools.partial(self._settle, done))
+        for coro, handoff in items:
+            task = self._loop.create_task(coro)
+            self._calls[task] = handoff
+            task.add_done_callback(self._settle)
 
-    def _settle(self, done: concurrent.futures.Future[None], task: asyncio.Task[None]) -> None:
-        self._writes.discard(task)
+    def _settle(self, task: asyncio.Task[Any]) -> None:
+        handoff = self._calls.pop(task)
         if task.cancelled():
-            done.set_exception(RuntimeError("the pump client closed before the binlog was written"))
+            handoff.settle(None, concurrent.futures.CancelledError())
         elif (exc := task.exception()) is not None:
-            done.set_exception(exc)
+            handoff.settle(None, exc)
         else:
-            done.set_result(None)
+            handoff.settle(task.result(), None)
 
     def close(self) -> None:
         """Close the client and stop the loop thread. Idempotent."""
@@ -140,12 +182,10 @@ class PumpsClient:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join()
             self._loop.close()
-            with self._inbox_lock:
-                stranded = list(self._inbox)
-                self._inbox.clear()
-            for _, done in stranded:  # arrived after the loop stopped taking the inbox
-                if done.set_running_or_notify_cancel():
-                    done.set_exception(RuntimeError("the pump client is closed"))
+            self._fail_inbox()  # calls that arrived after the loop stopped taking the inbox
+            unsettled, self._calls = list(self._calls.values()), {}
+            for handoff in unsettled:  # cancelled at shutdown, their callbacks never ran
+                handoff.settle(None, concurrent.futures.CancelledError())
 
     async def _shutdown(self) -> None:
         """Close the client, then end what is still running so that no caller waits forever."""
