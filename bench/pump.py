@@ -10,6 +10,10 @@ after the Prewrite was acknowledged, then the Commit. Timestamps come from
 the meta service through the SDK, whose concurrent requests share one
 GetTimestamps call.
 
+With ``--threads N`` the producers are N threads sharing one blocking
+:class:`bridge.pumpclient.PumpsClient` instead (how the project's own
+producers write).
+
 ``value`` is binlogs acknowledged per second (Prewrites and Commits),
 ``p50_ms``/``p99_ms`` the latency of one ``write_binlog`` call, and
 ``cpu_us_per_binlog`` the CPU each process spent per binlog (``bench`` is
@@ -36,6 +40,7 @@ import re
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -50,7 +55,7 @@ from bench.result import best_of, machine
 from bench.tso import meta_process
 from bridge.binlog import Binlog, BinlogType, commit, prewrite
 from bridge.proto import binlog_pb2
-from bridge.pumpclient import AsyncPumpsClient, PumpClientConfig
+from bridge.pumpclient import AsyncPumpsClient, PumpClientConfig, PumpsClient
 
 INSERT = binlog_pb2.MutationType.Insert
 PREWRITE = binlog_pb2.Prewrite  # a module constant: the enum wrapper's lookup costs ~1 us per binlog
@@ -79,6 +84,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--ceiling-inflight", type=int, default=1, help="concurrent calls of the ceiling's driver (default 1)"
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="producer threads through one PumpsClient instead of --concurrency asyncio tasks (default 0)",
     )
     parser.add_argument(
         "--repeat",
@@ -144,8 +155,9 @@ class Tally:
     acked: int = 0
     latencies: list[float] = field(default_factory=list)
 
-    def record(self, began: float) -> None:
-        if self.measuring:
+    def record(self, began: float, measuring: bool) -> None:
+        """Count one acknowledged binlog that took since ``began``, if ``measuring``."""
+        if measuring:
             self.acked += 1
             self.latencies.append(time.perf_counter() - began)
 
@@ -156,17 +168,67 @@ async def producer(client: AsyncPumpsClient, value: bytes, tally: Tally, end: li
         start_ts = await client.get_timestamp()
         began = time.perf_counter()
         await client.write_binlog(Binlog(tp=PREWRITE, start_ts=start_ts, prewrite_value=value))
-        tally.record(began)
+        tally.record(began, tally.measuring)
         commit_ts = await client.get_timestamp()
         began = time.perf_counter()
         await client.write_binlog(commit(start_ts, commit_ts))
-        tally.record(began)
+        tally.record(began, tally.measuring)
+
+
+def thread_producer(client: PumpsClient, value: bytes, shared: Tally, mine: Tally, end: list[float]) -> None:
+    """:func:`producer` for a thread: the same transactions through the blocking client."""
+    while time.perf_counter() < end[0]:
+        start_ts = client.get_timestamp()
+        began = time.perf_counter()
+        client.write_binlog(Binlog(tp=PREWRITE, start_ts=start_ts, prewrite_value=value))
+        mine.record(began, shared.measuring)
+        commit_ts = client.get_timestamp()
+        began = time.perf_counter()
+        client.write_binlog(commit(start_ts, commit_ts))
+        mine.record(began, shared.measuring)
+
+
+def drive_threads(
+    meta_addr: str, args: argparse.Namespace, label: str, meter: CpuMeter | None
+) -> dict[str, Any]:
+    """:func:`drive` with ``--threads`` producer threads sharing one :class:`PumpsClient`."""
+    shared, tallies = Tally(), [Tally() for _ in range(args.threads)]
+    with PumpsClient(meta_addr, PumpClientConfig()) as client:
+        warmup = min(2.0, args.seconds / 4)
+        end = [time.perf_counter() + warmup + args.seconds + 3600]
+        value = prewrite_value_of_size(args.size)
+        threads = [
+            threading.Thread(target=thread_producer, args=(client, value, shared, mine, end), daemon=True)
+            for mine in tallies
+        ]
+        for thread in threads:
+            thread.start()
+        time.sleep(warmup)
+        shared.measuring = True
+        calls_before = batch_calls()
+        if meter is not None:
+            meter.start()
+        measured_from = time.perf_counter()
+        time.sleep(args.seconds)
+        shared.measuring = False
+        elapsed = time.perf_counter() - measured_from
+        if meter is not None:
+            meter.stop()
+        calls, binlogs = (a - b for a, b in zip(batch_calls(), calls_before, strict=True))
+        end[0] = 0.0
+        for thread in threads:
+            thread.join()
+    acked = sum(t.acked for t in tallies)
+    latencies = [x for t in tallies for x in t.latencies]
+    return figures_of(label, acked, elapsed, latencies, calls, binlogs, meter)
 
 
 async def drive(
     meta_addr: str, args: argparse.Namespace, label: str, meter: CpuMeter | None = None
 ) -> dict[str, Any]:
     """Run the producers against whatever pump the registry lists; figures after warm-up."""
+    if args.threads:
+        return await asyncio.to_thread(drive_threads, meta_addr, args, label, meter)
     config = PumpClientConfig()  # the defaults a producer gets
     tally = Tally()
     async with AsyncPumpsClient(meta_addr, config) as client:
@@ -188,12 +250,24 @@ async def drive(
         calls, binlogs = (a - b for a, b in zip(batch_calls(), calls_before, strict=True))
         end[0] = 0.0
         await asyncio.gather(*tasks)
-    rate = tally.acked / elapsed
-    progress(f"{label}: {tally.acked:,} binlogs in {elapsed:.1f}s = {rate:,.0f}/s")
-    figures: dict[str, Any] = {"rate": rate, **percentiles(tally.latencies)}
+    return figures_of(label, tally.acked, elapsed, tally.latencies, calls, binlogs, meter)
+
+
+def figures_of(
+    label: str,
+    acked: int,
+    elapsed: float,
+    latencies: Sequence[float],
+    calls: float,
+    binlogs: float,
+    meter: CpuMeter | None,
+) -> dict[str, Any]:
+    rate = acked / elapsed
+    progress(f"{label}: {acked:,} binlogs in {elapsed:.1f}s = {rate:,.0f}/s")
+    figures: dict[str, Any] = {"rate": rate, **percentiles(latencies)}
     figures["binlogs_per_call"] = round(binlogs / calls, 1) if calls else 0.0
     if meter is not None:
-        figures["cpu_us_per_binlog"] = meter.per_row_us(max(tally.acked, 1))
+        figures["cpu_us_per_binlog"] = meter.per_row_us(max(acked, 1))
     return figures
 
 
@@ -313,6 +387,8 @@ async def measure(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[
 def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.seconds <= 0 or args.concurrency < 1 or not 64 <= args.size <= 64 << 20 or args.repeat < 1:
         raise SystemExit("bench pump: --seconds > 0, --concurrency >= 1, --size 64..67108864, --repeat >= 1")
+    if args.threads < 0:
+        raise SystemExit("bench pump: --threads >= 0")
     if args.ceiling_batch < 1 or args.ceiling_inflight < 1:
         raise SystemExit("bench pump: --ceiling-batch >= 1, --ceiling-inflight >= 1")
     pumps, ceilings = asyncio.run(measure(args))
@@ -338,7 +414,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         result["runs"]["sdk_ceiling"] = [round(s["rate"], 1) for s in sdk_runs]
     params = {
         k: getattr(args, k)
-        for k in ("seconds", "concurrency", "size", "ceiling_batch", "ceiling_inflight", "repeat")
+        for k in ("seconds", "concurrency", "threads", "size", "ceiling_batch", "ceiling_inflight", "repeat")
     }
     result["params"] = params
     result.update(machine())
