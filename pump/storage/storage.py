@@ -8,7 +8,8 @@
         ...
     await storage.close()
 
-Data dir layout: ``value/`` (the value log), ``kv/`` (the LMDB index),
+Data dir layout: ``value/`` (the value log), ``kv/`` (the LMDB index), ``settled.log``
+(the lost-commit settlements, :mod:`pump.storage.late_commits`),
 ``LOCK`` (an flock held while open). How the pieces fit: docs/pump-storage.md.
 """
 
@@ -147,7 +148,7 @@ class Storage:
             vlog, self._chaser, max_batch_bytes=config.max_batch_bytes, ack_wait=config.index_ack_wait
         )
         self._reader = PullReader(index, vlog)
-        self._late_commits = LateCommitGate(self._sorter, self._chaser.lock)
+        self._late_commits = LateCommitGate(self._sorter, self._chaser.lock, data_dir / "settled.log")
         self._chaser.start()
 
     @classmethod
@@ -241,6 +242,7 @@ class Storage:
         self._late_commits.settle(start_ts, commit_ts, by)
         binlog = rollback(start_ts) if commit_ts is None else commit(start_ts, commit_ts)
         await self.write([(binlog, binlog.SerializeToString())])
+        await self._late_commits.persist(start_ts)
 
     def unpaired_before(self, ts: int) -> list[int]:
         """start_ts of the unpaired Prewrites with start_ts < ``ts``, oldest first."""

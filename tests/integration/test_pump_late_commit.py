@@ -7,7 +7,8 @@ Commit is refused: ``FAILED_PRECONDITION`` on ``WriteBinlog``, the errmsg in
 ``WriteBinlogs``, :class:`CommitRefused` in the SDK (not retried elsewhere).
 Real ``binlog-bridge meta`` and ``pump`` processes, one pair per resolver type
 (none, sqlite), shared by the module's cases; plus the ordering race through
-the storage engine itself. Measured: ~6 s for the module on a 2-core machine.
+the storage engine itself, and a settlement outliving SIGKILL of the pump
+(slow). Measured: ~6 s for the module on a 2-core machine.
 """
 
 from __future__ import annotations
@@ -257,5 +258,37 @@ def test_a_commit_racing_the_resolver_is_either_stored_first_or_refused(tmp_path
             assert pulled == [(first, first + 5)]
         finally:
             await storage.close()
+        reopened = await Storage.open(tmp_path / "pump")  # the settlement outlives the process
+        try:
+            above = commit(second, second + 1_000_000)  # above the watermark: only settled.log knows
+            with pytest.raises(LateCommit, match=f"start_ts {second} .*discarded by test"):
+                await reopened.write([(above, above.SerializeToString())])
+        finally:
+            await reopened.close()
 
     run(scenario())
+
+
+@pytest.mark.slow
+def test_a_settlement_survives_sigkill_of_the_pump(none_pump: Pump) -> None:
+    """Prewrite, discarded, pump SIGKILLed and restarted: the Commit is still refused."""
+    pump = none_pump
+
+    async def discard() -> int:
+        discarded = pump.metric("bridge_pump_lost_commits_total", outcome="discarded")
+        start_ts = await pump.timestamp()
+        assert await pump.write(prewrite_of(start_ts)) == ""
+        await pump.lost_commits_settled("discarded", discarded + 1)
+        return start_ts
+
+    start_ts = run(discard())
+    pump.process.kill()
+    pump.process.start()
+
+    async def late_commit() -> None:
+        with pytest.raises(grpc.aio.AioRpcError) as refusal:
+            await pump.write(commit(start_ts, await pump.timestamp()))
+        assert refusal.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert f"start_ts {start_ts}" in (refusal.value.details() or "")
+
+    run(late_commit())

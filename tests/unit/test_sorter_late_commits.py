@@ -3,7 +3,9 @@ written (pump/storage/late_commits.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
+from pathlib import Path
 
 import pytest
 from prometheus_client import REGISTRY
@@ -104,3 +106,32 @@ def test_gate_forgets_the_oldest_settlements_past_its_limit() -> None:
         gate.settle(start_ts, None, "test")
     assert gate.settlement(1) is None
     assert gate.settlement(2) is not None and gate.settlement(3) is not None
+
+
+def test_settlements_survive_a_restart_through_settled_log(tmp_path: Path) -> None:
+    path = tmp_path / "settled.log"
+
+    async def settle_and_persist() -> None:
+        gate = LateCommitGate(Sorter(), threading.Lock(), path)
+        gate.settle(100, None, 'resolver "none" (upstream not asked)')
+        await gate.persist(100)
+        gate.settle(200, 250, 'resolver "sqlite" (/up db.db)')
+        await gate.persist(200)
+
+    asyncio.run(settle_and_persist())
+    with path.open("a") as file:
+        file.write("300 0 17")  # a torn last line: a crash mid-append
+    gate = LateCommitGate(Sorter(), threading.Lock(), path)
+    assert 'discarded by resolver "none"' in gate.refusal([commit_record(100, 10**18)])
+    assert "found it committed at commit_ts 250" in gate.refusal([commit_record(200, 260)])
+    assert "(/up db.db)" in gate.refusal([commit_record(200, 260)])
+    assert gate.refusal([commit_record(200, 250)]) == ""
+    assert gate.settlement(300) is None
+
+
+def test_settled_log_keeps_the_newest_and_compacts(tmp_path: Path) -> None:
+    path = tmp_path / "settled.log"
+    path.write_text("".join(f"{ts} 0 1700000000000 test\n" for ts in range(1, 8)))
+    gate = LateCommitGate(Sorter(), threading.Lock(), path, limit=3)
+    assert [ts for ts in range(1, 8) if gate.settlement(ts)] == [5, 6, 7]
+    assert path.read_text().splitlines() == [f"{ts} 0 1700000000000 test" for ts in (5, 6, 7)]
