@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Protocol
 
-from bridge.errors import PumpError
+from bridge.errors import CommitRefused, PumpError
 from bridge.producer.status import STATUS_TABLE
 from bridge.proto import binlog_pb2
 
@@ -42,10 +42,22 @@ def send_second_phase(pumps: BinlogSink, binlog: binlog_pb2.Binlog) -> None:
     The outcome stands whatever happens here, so a failure is logged, not
     raised: the pump holding the Prewrite settles it through its lost-commit
     resolver (the pump client itself returns normally for an undelivered
-    Commit after its ``write-timeout``).
+    Commit after its ``write-timeout``). A Commit the pump refuses because its
+    resolver already settled the Prewrite (:class:`CommitRefused`) is logged
+    as such: the transaction may be missing from the stream.
     """
     try:
         pumps.write_binlog(binlog)
+    except CommitRefused as exc:
+        # the resolver already settled the Prewrite: if it found the transaction committed it
+        # was delivered at the resolver's commit_ts; otherwise this upstream commit is not in
+        # the stream, and the operator must hear it as such (docs/pump-operations.md)
+        log.error(
+            "the Commit binlog of start_ts %d was refused by the pump (%s): unless the pump's "
+            "resolver found it committed, this transaction is NOT replicated",
+            binlog.start_ts,
+            exc,
+        )
     except (PumpError, RuntimeError) as exc:
         kind = binlog_pb2.BinlogType.Name(binlog.tp)
         log.error(
