@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,7 +40,7 @@ from google.protobuf.message import DecodeError
 from bridge.binlog import Binlog, BinlogType
 from bridge.errors import ProtocolError
 from bridge.grpcutil import DEFAULT_MAX_MESSAGE_BYTES, SecurityConfig, aio_channel
-from bridge.proto import pump_pb2, pump_pb2_grpc
+from bridge.proto import pump_pb2
 from drainer import metrics
 from drainer.collect.merger import MergeFeed, PulledItem, PulledTxn
 
@@ -53,6 +54,7 @@ SCAN_FROM_BYTES = 64 << 10  # larger payloads are scanned, not parsed, so their 
 
 _VARINT, _FIXED64, _LENGTH, _FIXED32 = 0, 1, 2, 5
 _TP, _START_TS, _COMMIT_TS, _PREWRITE_VALUE, _DDL_JOB_ID = 1, 2, 3, 5, 7
+PULL_METHOD = "/binlog.Pump/PullBinlogs"
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,13 +131,17 @@ def scan_header(payload: bytes) -> BinlogHeader:
 
 def entity_item(entity: pump_pb2.Entity, pump: str) -> PulledItem:
     """A transaction or a watermark (int) from one Entity; :class:`ProtocolError` naming the pump."""
-    payload = entity.payload
-    if entity.checksum:
+    meta = (entity.meta.startTs, entity.meta.commitTs) if entity.HasField("meta") else None
+    return _item(entity.payload, entity.checksum, entity.pos.offset, meta, pump)
+
+
+def _item(
+    payload: bytes, checksum: bytes, offset: int, meta: tuple[int, int] | None, pump: str
+) -> PulledItem:
+    if checksum:
         crc: int = google_crc32c.value(payload)
-        if crc.to_bytes(4, "big") != entity.checksum:
-            raise ProtocolError(
-                f"pump {pump}: entity at offset {entity.pos.offset} fails its CRC32C checksum"
-            )
+        if crc.to_bytes(4, "big") != checksum:
+            raise ProtocolError(f"pump {pump}: entity at offset {offset} fails its CRC32C checksum")
     header = scan_header(payload)
     if header.tp == BinlogType.Rollback and header.start_ts == header.commit_ts > 0:
         return header.commit_ts
@@ -144,13 +150,9 @@ def entity_item(entity: pump_pb2.Entity, pump: str) -> PulledItem:
             f"pump {pump}: pulled binlog (start_ts {header.start_ts}, commit_ts {header.commit_ts}) "
             "is neither a committed transaction nor a watermark"
         )
-    if entity.HasField("meta") and (entity.meta.commitTs, entity.meta.startTs) != (
-        header.commit_ts,
-        header.start_ts,
-    ):
+    if meta is not None and (meta[1], meta[0]) != (header.commit_ts, header.start_ts):
         raise ProtocolError(
-            f"pump {pump}: entity meta says commit_ts {entity.meta.commitTs}, "
-            f"its binlog says {header.commit_ts}"
+            f"pump {pump}: entity meta says commit_ts {meta[1]}, its binlog says {header.commit_ts}"
         )
     return PulledTxn(header.start_ts, header.commit_ts, payload, header.ddl_job_id > 0, header.value_span)
 
@@ -161,6 +163,81 @@ def response_items(response: pump_pb2.PullBinlogResp, pump: str) -> list[PulledI
     if not entities and response.HasField("entity"):
         entities = [response.entity]
     return [entity_item(e, pump) for e in entities]
+
+
+def message_items(raw: bytes, pump: str) -> list[PulledItem]:
+    """The items of one stream message as received (a serialized ``PullBinlogResp``).
+
+    A small message is parsed. A larger one is walked field by field, so that a large
+    transaction's payload is copied once out of the message, not first into protobuf's own
+    copy of the whole message and then out of that: at a million rows that is ~100 MB less
+    at the moment the drainer receives it."""
+    if len(raw) <= SCAN_FROM_BYTES:
+        try:
+            response = pump_pb2.PullBinlogResp.FromString(raw)
+        except DecodeError as exc:
+            raise ProtocolError(f"pump {pump}: stream message is not a PullBinlogResp: {exc}") from None
+        return response_items(response, pump)
+    single: tuple[int, int] | None = None
+    entities: list[tuple[int, int]] = []
+    for number, wire, start, end in _fields(raw, 0, len(raw), f"pump {pump}: stream message"):
+        if wire == _LENGTH and number == 1:
+            single = (start, end)
+        elif wire == _LENGTH and number == 2:
+            entities.append((start, end))
+    spans = entities or ([single] if single is not None else [])
+    return [_scanned_entity(raw, start, end, pump) for start, end in spans]
+
+
+def _scanned_entity(raw: bytes, start: int, end: int, pump: str) -> PulledItem:
+    """One ``Entity`` at ``raw[start:end]``: pos (1), payload (2), checksum (3), meta (4)."""
+    where = f"pump {pump}: stream message entity"
+    payload, checksum, offset = b"", b"", 0
+    meta: tuple[int, int] | None = None
+    for number, wire, first, last in _fields(raw, start, end, where):
+        if wire != _LENGTH:
+            continue
+        if number == 2:
+            payload = raw[first:last]
+        elif number == 3:
+            checksum = raw[first:last]
+        elif number == 1:
+            for n, w, value, _ in _fields(raw, first, last, where):
+                if n == 2 and w == _VARINT:
+                    offset = _int64(value)
+        elif number == 4:
+            meta = (0, 0)
+            for n, w, value, _ in _fields(raw, first, last, where):
+                if w == _VARINT and n in (1, 2):
+                    meta = (_int64(value), meta[1]) if n == 1 else (meta[0], _int64(value))
+    return _item(payload, checksum, offset, meta, pump)
+
+
+def _fields(data: bytes, pos: int, end: int, where: str) -> Iterator[tuple[int, int, int, int]]:
+    """``(number, wire type, value or start, end)`` of each field in ``data[pos:end]``: a varint's
+    value (end -1), a length-delimited field's span; fixed-width fields are skipped."""
+    while pos < end:
+        key, pos = _varint(data, pos)
+        number, wire = key >> 3, key & 7
+        if wire == _VARINT:
+            value, pos = _varint(data, pos)
+            yield number, wire, value, -1
+        elif wire == _LENGTH:
+            length, pos = _varint(data, pos)
+            if pos + length > end:
+                raise ProtocolError(f"{where}: field {number} runs past the end")
+            yield number, wire, pos, pos + length
+            pos += length
+        elif wire in (_FIXED64, _FIXED32):
+            pos += 8 if wire == _FIXED64 else 4
+        else:
+            raise ProtocolError(f"{where}: unsupported wire type {wire} in field {number}")
+    if pos != end:
+        raise ProtocolError(f"{where}: truncated field")
+
+
+def _raw(data: bytes) -> bytes:
+    return data
 
 
 @dataclass
@@ -211,11 +288,16 @@ class PumpPuller:
         backoff = INITIAL_BACKOFF
         channel = aio_channel(self.addr, self._security, self._max_message_bytes)
         try:
-            stub = pump_pb2_grpc.PumpStub(channel)  # type: ignore[no-untyped-call]
+            # Stream messages come raw: message_items reads them (see there why).
+            pull = channel.unary_stream(
+                PULL_METHOD,
+                request_serializer=pump_pb2.PullBinlogReq.SerializeToString,
+                response_deserializer=_raw,
+            )
             while True:
                 after = self._feed.position(self.name)
                 try:
-                    if await self._pull(stub, after):
+                    if await self._pull(pull, after):
                         backoff = INITIAL_BACKOFF
                 except grpc.aio.AioRpcError as exc:
                     self._failed(f"{exc.code().name}: {exc.details() or 'no details'}", after)
@@ -227,13 +309,13 @@ class PumpPuller:
             self.status.connected = False
             await channel.close()
 
-    async def _pull(self, stub: Any, after: int) -> bool:
+    async def _pull(self, pull: Any, after: int) -> bool:
         """One stream from ``after``; True if it delivered anything."""
         request = pump_pb2.PullBinlogReq(clusterID=self._cluster_id, startFrom=pump_pb2.Pos(offset=after))
-        call = stub.PullBinlogs(request)
+        call = pull(request)
         delivered = False
         try:
-            async for response in call:
+            async for raw in call:
                 self._delivered_at = time.monotonic()
                 if not delivered:
                     delivered = True
@@ -241,11 +323,11 @@ class PumpPuller:
                     self.status.connected = True
                     self.status.connects += 1
                     log.info("pulling pump %s at %s from commit_ts %d", self.name, self.addr, after)
-                items = response_items(response, self.name)
-                # The message holds a second copy of every payload (protobuf's, besides the bytes the
-                # items took): let it go before waiting, which for a large transaction lasts until
-                # the sink has worked through it.
-                del response
+                items = message_items(raw, self.name)
+                # The message holds a second copy of every payload (besides the bytes the items
+                # took): let it go before waiting, which for a large transaction lasts until the
+                # sink has worked through it.
+                del raw
                 self.status.messages += 1
                 metrics.PULLED_MESSAGES.labels(self.name).inc()
                 self._feed.feed(self.name, items)
