@@ -5,9 +5,16 @@ Forms understood by :func:`parse_dsn`:
 =================================================  ==========================================
 ``sqlite:///abs/path/file.db``                     SQLite file at ``/abs/path/file.db``
 ``sqlite:relative/file.db``                        SQLite file relative to the working directory
+``sqlite:up.db?database=shop``                     ... whose tables the bridge names ``shop.<table>``
+                                                   (default ``main``, SQLite's own name)
 ``mysql://user[:password]@host[:port]/database``   MySQL or MariaDB (``mariadb://`` is the same);
                                                    port 3306 and user ``root`` by default
 =================================================  ==========================================
+
+A SQLite DSN takes one parameter, ``database``: the database name the
+upstream reports (and the diff reads the file under), so two SQLite upstreams
+of one cluster stay apart downstream; 1 to 64 characters, no control
+characters. Other parameters are refused by name.
 
 A MySQL DSN may end in ``?charset=...&connect_timeout=...&unix_socket=...``
 and the TLS parameters below (:data:`MYSQL_PARAMS`); other parameters are
@@ -70,6 +77,7 @@ if TYPE_CHECKING:
 __all__ = [
     "MYSQL_PARAMS",
     "PASSWORD_ENV",
+    "SQLITE_DEFAULT_DATABASE",
     "SSL_MODES",
     "Dsn",
     "connect_sqlite",
@@ -83,6 +91,7 @@ _MYSQL_SCHEMES = ("mysql", "mariadb")
 SSL_MODES = ("disabled", "preferred", "required", "verify-ca", "verify-identity")
 _SSL_FILES = ("ssl-ca", "ssl-cert", "ssl-key")
 MYSQL_PARAMS = frozenset(("charset", "connect_timeout", "unix_socket", "ssl-mode", *_SSL_FILES))
+SQLITE_DEFAULT_DATABASE = "main"  # SQLite's name for a file's own schema
 _MYSQL_FORM = "mysql://user[:password]@host[:port]/database"
 _SQLITE_FORM = "sqlite:///absolute/path.db or sqlite:relative/path.db"
 
@@ -91,8 +100,10 @@ _SQLITE_FORM = "sqlite:///absolute/path.db or sqlite:relative/path.db"
 class Dsn:
     """A parsed upstream address. ``scheme`` is ``"sqlite"`` or ``"mysql"``.
 
-    For SQLite only ``path`` is set; for MySQL ``host``, ``port``, ``user``,
-    ``password`` and ``database`` (which may be empty: no default database).
+    For SQLite ``path`` and, when the DSN names one (``?database=``),
+    ``database`` (see :attr:`sqlite_database`); for MySQL ``host``, ``port``,
+    ``user``, ``password`` and ``database`` (which may be empty: no default
+    database).
     """
 
     scheme: str
@@ -112,6 +123,11 @@ class Dsn:
     def is_mysql(self) -> bool:
         return self.scheme == "mysql"
 
+    @property
+    def sqlite_database(self) -> str:
+        """The database name a SQLite upstream reports: ``?database=``, else ``main``."""
+        return self.database or SQLITE_DEFAULT_DATABASE
+
     def with_database(self, database: str) -> Dsn:
         """The same server with another default database (MySQL)."""
         return replace(self, database=database)
@@ -125,7 +141,8 @@ class Dsn:
     def redacted(self) -> str:
         """The DSN as text for logs and messages, password replaced by ``***``."""
         if self.is_sqlite:
-            return f"sqlite://{self.path}" if self.path.startswith("/") else f"sqlite:{self.path}"
+            text = f"sqlite://{self.path}" if self.path.startswith("/") else f"sqlite:{self.path}"
+            return text + (f"?database={quote(self.database, safe='')}" if self.database else "")
         auth = quote(self.user, safe="") + (":***" if self.password else "")
         host = f"[{self.host}]" if ":" in self.host else self.host
         query = "&".join(f"{k}={quote(v, safe='/')}" for k, v in self.params)
@@ -259,9 +276,9 @@ def parse_mysql_dsn(text: str, *, key: str = "dsn") -> Dsn:
 
 
 def _parse_sqlite(text: str, key: str) -> Dsn:
-    rest = text[len("sqlite:") :]
+    rest, _, query = text[len("sqlite:") :].partition("?")
     if rest.startswith("//"):
-        url = urlsplit(text)
+        url = urlsplit("sqlite:" + rest)
         if url.netloc:
             raise ConfigError(f"{key}: a SQLite DSN has no host; expected {_SQLITE_FORM}")
         path = unquote(url.path)
@@ -269,7 +286,19 @@ def _parse_sqlite(text: str, key: str) -> Dsn:
         path = unquote(rest)
     if not path or path.endswith("/"):
         raise ConfigError(f"{key}: no database file; expected {_SQLITE_FORM}")
-    return Dsn(scheme="sqlite", path=path)
+    return Dsn(scheme="sqlite", path=path, database=_sqlite_database(query, key))
+
+
+def _sqlite_database(query: str, key: str) -> str:
+    """The ``?database=`` of a SQLite DSN ("" when absent); any other parameter is refused."""
+    database = ""
+    for name, value in parse_qsl(query, keep_blank_values=True):
+        if name != "database":
+            raise ConfigError(f"{key}: unknown parameter {name!r} of a SQLite DSN (known: database)")
+        if not 0 < len(value) <= 64 or not value.isprintable():
+            raise ConfigError(f"{key}: database must be 1 to 64 printable characters")
+        database = value
+    return database
 
 
 def _parse_mysql(text: str, key: str) -> Dsn:

@@ -12,5 +12,5 @@ def open_upstream(dsn: Dsn | str) -> Upstream:
     """The upstream a DSN names (``sqlite:`` or ``mysql://``); see :mod:`bridge.dsn`."""
     parsed = parse_dsn(dsn) if isinstance(dsn, str) else dsn
     if parsed.is_sqlite:
-        return SQLiteUpstream(parsed.path)
+        return SQLiteUpstream(parsed.path, database=parsed.sqlite_database)
     return MySQLUpstream(parsed)

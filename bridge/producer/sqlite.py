@@ -10,7 +10,11 @@ busy handler; other processes wait up to ``busy_timeout``.
 
 Connections use WAL journaling (readers such as ``binlog-bridge diff`` do not
 block the writer) and enforce foreign keys, as MySQL does. The database name
-in every TableSchema is ``main``, SQLite's name for the file's schema.
+in every TableSchema and SchemaChange is the upstream's ``database``: ``main``
+(SQLite's name for the file's schema) unless the DSN names another
+(``sqlite:up.db?database=shop``), which two SQLite upstreams of one cluster
+need so that their tables stay apart downstream. The name is part of what the
+file's ``bridge_schema`` records: keep it for the life of the file.
 
 sqlite3's exceptions become :class:`~bridge.producer.errors.UpstreamError`
 here: a busy or locked database is :class:`UpstreamConflict`.
@@ -33,7 +37,7 @@ from bridge.proto import row_pb2
 
 log = logging.getLogger(__name__)
 
-DATABASE = "main"
+DATABASE = "main"  # the default database name; SQL on the file always uses schema main
 _BUSY = ("SQLITE_BUSY", "SQLITE_LOCKED")  # and their extended codes, e.g. SQLITE_BUSY_SNAPSHOT
 # SQLite 3.35 added RETURNING to INSERT, UPDATE and DELETE.
 _RETURNING = frozenset({"insert", "update", "delete"} if sqlite3.sqlite_version_info >= (3, 35) else ())
@@ -125,10 +129,10 @@ class SQLiteUpstream:
 
     dialect = SQLITE
     transactional_ddl = True
-    database = DATABASE
 
-    def __init__(self, path: str, busy_timeout: float = 30.0) -> None:
+    def __init__(self, path: str, busy_timeout: float = 30.0, *, database: str = DATABASE) -> None:
         self.path = path
+        self.database = database
         self._busy_timeout = busy_timeout
         self._write_lock = threading.Lock()
 
@@ -136,7 +140,8 @@ class SQLiteUpstream:
         return SQLiteSession(self.path, self._write_lock, self._busy_timeout)
 
     def describe(self) -> str:
-        return f"sqlite upstream {self.path}"
+        named = "" if self.database == DATABASE else f" (database {self.database})"
+        return f"sqlite upstream {self.path}{named}"
 
     def bookkeeping_ddl(self) -> Sequence[str]:
         return (
@@ -169,7 +174,7 @@ class SQLiteUpstream:
         primary = [str(r[0]) for r in sorted((r for r in rows if r[4]), key=lambda r: r[4])]
         columns = []
         for col_name, declared, notnull, default, pk in rows:
-            column = sqlite_types.column_from_declared(col_name, declared, f"{DATABASE}.{name}")
+            column = sqlite_types.column_from_declared(col_name, declared, f"{self.database}.{name}")
             column.nullable = not (notnull or pk)
             column.auto_increment = primary == [col_name] and str(declared).strip().upper() == "INTEGER"
             if default is not None:
@@ -179,7 +184,7 @@ class SQLiteUpstream:
             [row_pb2.Index(name="PRIMARY", primary=True, unique=True, columns=primary)] if primary else []
         )
         indexes.extend(self._indexes(session, name))
-        return row_pb2.TableSchema(db=DATABASE, table=name, columns=columns, indexes=indexes)
+        return row_pb2.TableSchema(db=self.database, table=name, columns=columns, indexes=indexes)
 
     def _indexes(self, session: Session, table: str) -> list[row_pb2.Index]:
         indexes = []

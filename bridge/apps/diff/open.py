@@ -3,9 +3,11 @@
 A :class:`~bridge.apps.diff.sources.Source` is opened from a DSN (:func:`open_source`):
 
 - ``sqlite:///path/file.db``: one SQLite file, database ``main`` (what a
-  SQLite upstream names it);
+  SQLite upstream names it), or the ``?database=NAME`` the upstream's DSN
+  gave it;
 - ``sqlite:///path/dir``: a directory laid out like the sqlite sink's, each
   ``<name>.db`` file one database (``_bridge.sqlite`` is the sink's own);
+  with ``?database=NAME`` only that database's file;
 - ``mysql://user@host:port/db``: that database; without ``/db`` every
   database except the server's own (``mysql``, ``sys``,
   ``information_schema``, ``performance_schema``).
@@ -28,5 +30,5 @@ def open_source(dsn_text: str, key: str) -> Source:
     """The source a DSN names; ``key`` (``--upstream``) names it in errors."""
     dsn = parse_dsn(dsn_text, key=key)
     if dsn.is_sqlite:
-        return SQLiteSource(Path(dsn.path))
+        return SQLiteSource(Path(dsn.path), dsn.database)
     return MySQLSource(dsn.with_password_from_env())

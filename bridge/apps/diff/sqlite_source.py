@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 from bridge.apps.diff.normalize import sqlite_kind
 from bridge.apps.diff.sources import (
@@ -23,14 +23,25 @@ from bridge.dsn import connect_sqlite
 
 
 class SQLiteSource:
-    """One SQLite file, or a directory of them (one per database)."""
+    """One SQLite file, or a directory of them (one per database).
 
-    def __init__(self, path: Path) -> None:
-        self.label = f"sqlite:{path}"
-        if path.is_dir():
+    ``database`` (a DSN's ``?database=``) names a file's database, as a SQLite
+    upstream with that DSN names its tables (default ``main``); for a
+    directory it picks that one database's file (``<name>.db``, percent-encoded
+    as the sqlite sink writes it).
+    """
+
+    def __init__(self, path: Path, database: str = "") -> None:
+        self.label = f"sqlite:{path}" + (f"?database={database}" if database else "")
+        if path.is_dir() and database:
+            file = path / (quote(database, safe="") + ".db")
+            if not file.is_file():
+                raise DiffSourceError(f"{self.label}: no file {file.name} for database {database!r}")
+            self._files = {database: file}
+        elif path.is_dir():
             self._files = {unquote(p.stem): p for p in sorted(path.glob("*.db")) if p.name != SINK_MAIN_FILE}
         elif path.is_file():
-            self._files = {"main": path}
+            self._files = {database or "main": path}
         else:
             raise DiffSourceError(f"{self.label}: no such SQLite file or directory")
         self._conns: dict[str, sqlite3.Connection] = {}
