@@ -218,7 +218,11 @@ def test_pump_does_not_go_online_when_a_drainer_does_not_acknowledge(
 def http_call(
     method: str, url: str, context: ssl.SSLContext | None = None
 ) -> tuple[int, dict[str, str], str]:
-    request = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None)
+    # JSON, as ctl sends: urllib's default form content type is refused (a browser can forge it)
+    headers = {"Content-Type": "application/json"} if method == "POST" else {}
+    request = urllib.request.Request(
+        url, method=method, data=b"{}" if method == "POST" else None, headers=headers
+    )
     try:
         with urllib.request.urlopen(request, timeout=HANG_GUARD, context=context) as response:
             return response.status, dict(response.headers), response.read().decode()
