@@ -249,3 +249,15 @@ def check_advertise_addr(addr: str, advertise: str, *, required: bool = True, wh
 def join_host_port(host: str, port: int) -> str:
     """``host:port``, with brackets around an IPv6 host."""
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def cluster_token_field() -> Any:
+    """The ``cluster-token`` key of the meta, pump and drainer configs (read by :mod:`bridge.auth`)."""
+    return dataclasses.field(
+        default="",
+        metadata={
+            "help": "shared secret every node and client of the cluster presents; "
+            "default env BINLOG_BRIDGE_CLUSTER_TOKEN; empty = none",
+            "secret": True,
+        },
+    )

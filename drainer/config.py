@@ -31,6 +31,7 @@ from typing import Any
 
 from bridge.config import (
     build,
+    cluster_token_field,
     merge_overrides,
     read_toml,
 )
@@ -201,14 +202,7 @@ class DrainerConfig(NodeAddressing):
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     relay: RelayConfig = field(default_factory=RelayConfig)
     sink: SinkConfig = field(default_factory=SinkConfig)
-    cluster_token: str = field(
-        default="",
-        metadata={
-            "help": "shared secret every node and client of the cluster presents; "
-            "default env BINLOG_BRIDGE_CLUSTER_TOKEN; empty = none",
-            "secret": True,
-        },
-    )
+    cluster_token: str = cluster_token_field()
     security: SecurityConfig = field(default_factory=SecurityConfig)
 
     def validate(self) -> None:

@@ -40,6 +40,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from bridge.config import cluster_token_field
 from bridge.dsn import parse_mysql_dsn
 from bridge.errors import ConfigError
 from bridge.grpcutil import DEFAULT_MAX_MESSAGE_BYTES, SecurityConfig
@@ -183,14 +184,7 @@ class PumpConfig(NodeAddressing):
     )
     storage: StorageConfig = field(default_factory=StorageConfig)
     resolver: ResolverConfig = field(default_factory=ResolverConfig)
-    cluster_token: str = field(
-        default="",
-        metadata={
-            "help": "shared secret every node and client of the cluster presents; "
-            "default env BINLOG_BRIDGE_CLUSTER_TOKEN; empty = none",
-            "secret": True,
-        },
-    )
+    cluster_token: str = cluster_token_field()
     security: SecurityConfig = field(default_factory=SecurityConfig)
 
     def validate(self) -> None:

@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 
 import grpc
 
-from bridge.config import advertise_addr, check_advertise_addr, listen_addr
+from bridge.config import advertise_addr, check_advertise_addr, cluster_token_field, listen_addr
 from bridge.errors import ConfigError
 from bridge.grpcutil import SecurityConfig, tls_channel_credentials
 from bridge.meta.client import DEFAULT_ADDR
@@ -78,14 +78,7 @@ class MetaConfig:
     )
     status_addr: str = field(default="", metadata={"help": "HTTP metrics address; empty = off"})
     tso: TsoConfig = field(default_factory=TsoConfig)
-    cluster_token: str = field(
-        default="",
-        metadata={
-            "help": "shared secret every node and client of the cluster presents; "
-            "default env BINLOG_BRIDGE_CLUSTER_TOKEN; empty = none",
-            "secret": True,
-        },
-    )
+    cluster_token: str = cluster_token_field()
     security: SecurityConfig = field(default_factory=SecurityConfig)
     etcd_security: EtcdSecurityConfig = field(default_factory=EtcdSecurityConfig)
 
