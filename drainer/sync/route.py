@@ -76,8 +76,8 @@ def _render(template: str, schema: str, table: str) -> str:
 
 
 @dataclass
-class RouteConfig:
-    """One ``[[route]]`` rule: tables whose names match go to the target names (drainer.sync.route)."""
+class TablePatternsConfig:
+    """The table selection of a rule: shared by ``[[route]]`` and ``[[sink.kafka.topic-route]]``."""
 
     schema_pattern: str = field(
         default="",
@@ -87,6 +87,24 @@ class RouteConfig:
         default="",
         metadata={"help": 'upstream table name, * and ? as above; "" = every table of the database'},
     )
+
+
+class TablePatterns:
+    """``matches`` for a parsed rule holding ``schema_pattern`` and ``table_pattern`` (None: every table)."""
+
+    schema_pattern: re.Pattern[str]
+    table_pattern: re.Pattern[str] | None
+
+    def matches(self, db: str, table: str) -> bool:
+        if self.schema_pattern.fullmatch(db) is None:
+            return False
+        return self.table_pattern is None or self.table_pattern.fullmatch(table) is not None
+
+
+@dataclass
+class RouteConfig(TablePatternsConfig):
+    """One ``[[route]]`` rule: tables whose names match go to the target names (drainer.sync.route)."""
+
     target_schema: str = field(
         default="",
         metadata={"help": "downstream database; {schema} and {table} are the upstream names (required)"},
@@ -97,7 +115,7 @@ class RouteConfig:
 
 
 @dataclass(frozen=True)
-class RouteRule:
+class RouteRule(TablePatterns):
     """One ``[[route]]`` table; ``where`` names it in errors and logs (``route[0]``)."""
 
     where: str
@@ -125,11 +143,6 @@ class RouteRule:
             config.target_schema,
             config.target_table,
         )
-
-    def matches(self, db: str, table: str) -> bool:
-        if self.schema_pattern.fullmatch(db) is None:
-            return False
-        return self.table_pattern is None or self.table_pattern.fullmatch(table) is not None
 
     def target(self, db: str, table: str) -> tuple[str, str]:
         return _render(self.target_schema, db, table), _render(self.target_table, db, table)

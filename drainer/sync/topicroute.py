@@ -27,21 +27,13 @@ from dataclasses import dataclass, field
 
 from bridge.config import build
 from bridge.errors import ConfigError
-from drainer.sync.route import PLACEHOLDER, compile_pattern
+from drainer.sync.route import PLACEHOLDER, TablePatterns, TablePatternsConfig, compile_pattern
 
 
 @dataclass
-class TopicRouteConfig:
+class TopicRouteConfig(TablePatternsConfig):
     """One ``[[sink.kafka.topic-route]]`` rule: the topic of the tables whose names match."""
 
-    schema_pattern: str = field(
-        default="",
-        metadata={"help": "upstream database name; * matches any run of characters, ? one (required)"},
-    )
-    table_pattern: str = field(
-        default="",
-        metadata={"help": 'upstream table name, * and ? as above; "" = every table of the database'},
-    )
     topic: str = field(
         default="",
         metadata={
@@ -54,18 +46,13 @@ _TOPIC_CHARS = re.compile(r"^[A-Za-z0-9._-]+$")
 
 
 @dataclass(frozen=True)
-class TopicRule:
+class TopicRule(TablePatterns):
     """One parsed ``[[sink.kafka.topic-route]]``; ``where`` names it in errors."""
 
     where: str
     schema_pattern: re.Pattern[str]
     table_pattern: re.Pattern[str] | None
     topic: str
-
-    def matches(self, db: str, table: str) -> bool:
-        if self.schema_pattern.fullmatch(db) is None:
-            return False
-        return self.table_pattern is None or self.table_pattern.fullmatch(table) is not None
 
 
 class TopicRouter:
