@@ -4,7 +4,8 @@ Prints one line per table (``equal``, or what differs: missing, extra and
 different rows by key, values truncated) and a summary; exits 0 when every
 table is equal, 1 when anything differs, 2 on bad arguments or an
 unreachable database. DSNs: ``sqlite:///file.db``, ``sqlite:///sink-dir``
-(one file per database, as the sqlite sink writes), ``mysql://user@host:port/db``
+(one file per database, as the sqlite sink writes; ``?database=NAME`` reads a file as
+database NAME, or only NAME.db of a sink directory), ``mysql://user@host:port/db``
 (without ``/db``: every user database). A MySQL password may come from
 ``BRIDGE_UPSTREAM_PASSWORD`` instead of the DSN. Bridge-internal tables
 (``bridge_txn_status``, ``_bridge_*``) are skipped.
