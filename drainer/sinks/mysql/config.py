@@ -24,6 +24,13 @@ class MySQLSinkConfig:
     worker_count: int = field(
         default=16, metadata={"help": "worker threads (one connection each) for keyed tables"}
     )
+    worker_processes: int = field(
+        default=0,
+        metadata={
+            "help": "child processes the keyed workers run in (worker w in process w % N), so their "
+            "client work uses more than one core; 0: worker threads in the drainer's process"
+        },
+    )
     batch_rows: int = field(default=500, metadata={"help": "row changes per multi-row statement"})
     txn_rows: int = field(
         default=4096,
@@ -85,6 +92,11 @@ class MySQLSinkConfig:
         for key, value in (("worker-count", self.worker_count), ("batch-rows", self.batch_rows)):
             if not 1 <= value <= 1024 * (1 if key == "worker-count" else 64):
                 raise ConfigError(f"sink.mysql.{key}: out of range, got {value}")
+        if not 0 <= self.worker_processes <= self.worker_count:
+            raise ConfigError(
+                f"sink.mysql.worker-processes: 0 (threads) up to worker-count ({self.worker_count}), "
+                f"got {self.worker_processes}"
+            )
         if self.txn_rows < 1:
             raise ConfigError(f"sink.mysql.txn-rows: must be at least 1, got {self.txn_rows}")
         if not self.progress_schema or "`" in self.progress_schema:

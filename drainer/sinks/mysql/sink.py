@@ -15,7 +15,9 @@ How events are applied (the sink's thread is the *dispatcher*):
   groups each worker's changes and writes them as multi-row statements
   (:mod:`drainer.sinks.mysql.batch`), handing them over at the end of every
   ``write``; a worker runs them (one round trip per group) and commits every
-  ``txn-rows`` changes and at every flush.
+  ``txn-rows`` changes and at every flush. With ``worker-processes = N`` the
+  keyed workers run in N child processes instead (:mod:`drainer.sinks.mysql.procs`;
+  same worker code, same barriers).
 - **Tables without a key** go through one more worker, in order. Replaying
   them is not idempotent, so that worker records ``(commit_ts, seq)`` of the
   last change it applied in ``<progress-schema>.sink_progress`` in the same
@@ -61,14 +63,14 @@ from bridge.proto import row_pb2
 from bridge.sink.contract import Sink, SinkContext
 from bridge.sink.errors import SinkApplyError, SinkError, SinkUnavailable
 from bridge.sink.events import DDLEvent, Event, ResolvedEvent, TxnEvent
-from drainer.sinks.mysql import metrics, preflight
+from drainer.sinks.mysql import metrics, preflight, procs
 from drainer.sinks.mysql.batch import Op
 from drainer.sinks.mysql.causality import Causality, Key
 from drainer.sinks.mysql.config import MySQLSinkConfig
 from drainer.sinks.mysql.connection import ConnectSettings, translate_error
 from drainer.sinks.mysql.control import DDL_WORKER, KEYLESS_WORKER, Control
 from drainer.sinks.mysql.translate import Table, Tables
-from drainer.sinks.mysql.workers import DB_ERRORS, Worker, WorkerPool
+from drainer.sinks.mysql.workers import DB_ERRORS, Slot, Worker, WorkerPool
 
 log = logging.getLogger(__name__)
 
@@ -147,12 +149,13 @@ class MySQLSink(Sink):
         self._start_workers()
         self._opened = True
         log.info(
-            "mysql sink %s (%s) open after commit_ts %d: %d workers, safe mode for %.0fs and up to "
+            "mysql sink %s (%s) open after commit_ts %d: %d workers (%s), safe mode for %.0fs and up to "
             "commit_ts %d, keyless progress %s, DDL progress %d",
             self.dsn.redacted(),
             self._control.ddl.flavor,
             resume_ts,
             self.config.worker_count,
+            f"in {self.config.worker_processes} processes" if self.config.worker_processes else "threads",
             self.config.safe_mode_duration,
             self._replay_high,
             self._keyless_done,
@@ -336,9 +339,9 @@ class MySQLSink(Sink):
 
     def _start_workers(self) -> None:
         config = self.config
-        numbers = [*range(config.worker_count), KEYLESS_WORKER]
-        workers = [
-            Worker(
+
+        def worker(number: int) -> Worker:
+            return Worker(
                 number,
                 self.settings,
                 batch_rows=config.batch_rows,
@@ -348,9 +351,24 @@ class MySQLSink(Sink):
                 retry_max=config.retry_max,
                 stop=self._pool.stop,
             )
-            for number in numbers
-        ]
-        self._pool.start(workers)
+
+        if not config.worker_processes:
+            self._pool.start([worker(n) for n in [*range(config.worker_count), KEYLESS_WORKER]])
+            return
+        spec = procs.WorkerSpec(
+            self.settings,
+            config.batch_rows,
+            config.txn_rows,
+            self._control.progress_sql(),
+            self.cluster_id,
+            config.retry_max,
+            logging.getLogger().getEffectiveLevel(),
+            max(30.0, config.read_timeout),
+        )
+        groups = procs.make_groups(config.worker_count, config.worker_processes, spec)
+        slots = {slot.number: slot for group in groups for slot in group.slots()}
+        keyed: list[Slot] = [slots[n] for n in range(config.worker_count)]
+        self._pool.start([*keyed, worker(KEYLESS_WORKER)], groups)
 
     def _apply_ddl(self, event: DDLEvent) -> None:
         """Runs ``event`` once every worker committed; the old schema of an ALTER is the event's

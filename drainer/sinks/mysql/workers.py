@@ -32,7 +32,7 @@ import queue
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import pymysql
 
@@ -106,6 +106,10 @@ class Worker(threading.Thread):
         self._high_ts = 0  # highest commit_ts applied in the open transaction
         self._seq = 0  # seq of the last op applied (keyless worker)
         self._failing: Batch | None = None  # the batch of the statement running
+
+    def give(self, planned: list[Unit]) -> None:
+        """Queue ``planned`` for this worker (blocks while its queue is full)."""
+        self.jobs.put(planned)
 
     # -- the thread -------------------------------------------------------
 
@@ -324,27 +328,66 @@ class Worker(threading.Thread):
         self.conn = None
 
 
+class Slot(Protocol):
+    """Where the dispatcher hands one worker number's units: a :class:`Worker` thread here, or
+    a worker in a child process (:class:`~drainer.sinks.mysql.procs.RemoteWorker`)."""
+
+    number: int
+
+    @property
+    def error(self) -> SinkError | None: ...
+
+    def give(self, planned: list[Unit]) -> None: ...
+
+
+class Group(Protocol):
+    """Workers in one child process: a barrier reaches them all with :meth:`begin` and is answered
+    by :meth:`finish` (their errors, or one saying the process died); :meth:`revive` starts a
+    dead process again (after the rollback that follows its death)."""
+
+    def start(self) -> None: ...
+
+    def begin(self, action: str) -> None: ...
+
+    def finish(self) -> list[SinkError]: ...
+
+    def revive(self) -> None: ...
+
+    def close(self, timeout: float) -> None: ...
+
+
 class WorkerPool:
     """The workers of one sink (the keyed ones, then the keyless one) and the ops the dispatcher
-    buffers for each until it hands them over as :func:`~drainer.sinks.mysql.batch.units`."""
+    buffers for each until it hands them over as :func:`~drainer.sinks.mysql.batch.units`.
+
+    ``slots[target]`` is a :class:`Worker` thread of this process or, with ``worker-processes``,
+    a worker in one of ``groups`` (child processes); ``workers`` are the threads of this process
+    (all of them without ``worker-processes``). A barrier is answered only when every thread and
+    every process answered it."""
 
     def __init__(self, batch_rows: int, batch_updates: bool) -> None:
+        self.slots: list[Slot] = []
         self.workers: list[Worker] = []
+        self.groups: list[Group] = []
         self.buffers: list[list[Op]] = []
         self.stop = threading.Event()
         self._batch_rows = batch_rows
         self._batch_updates = batch_updates
 
-    def start(self, workers: list[Worker]) -> None:
+    def start(self, workers: Sequence[Slot], groups: Sequence[Group] = ()) -> None:
         self.stop.clear()
-        self.workers = workers
+        self.slots = list(workers)
+        self.workers = [w for w in workers if isinstance(w, Worker)]
+        self.groups = list(groups)
         self.buffers = [[] for _ in workers]
-        for worker in workers:
+        for group in self.groups:
+            group.start()
+        for worker in self.workers:
             worker.start()
 
     def handoff(self, target: int) -> SinkError | None:
         """Hand ``target`` its buffered ops; the error it failed with instead, if it did."""
-        worker = self.workers[target]
+        worker = self.slots[target]
         if worker.error is not None:
             return worker.error
         self._send(target)
@@ -354,32 +397,46 @@ class WorkerPool:
         buffer = self.buffers[target]
         if buffer:
             self.buffers[target] = []
-            self.workers[target].jobs.put(units(buffer, self._batch_rows, self._batch_updates))
+            self.slots[target].give(units(buffer, self._batch_rows, self._batch_updates))
 
     def commit(self) -> list[SinkError]:
         """Every worker applies what it was given and commits; their errors (none: all committed)."""
-        for target in range(len(self.workers)):
+        for target in range(len(self.slots)):
             self._send(target)
         return self._everyone("commit")
 
     def rollback(self) -> None:
-        """Every worker rolls back what it holds; buffered ops are dropped."""
+        """Every worker rolls back what it holds; buffered ops are dropped; a worker process that
+        died is started again."""
         self._everyone("rollback")
-        self.buffers = [[] for _ in self.workers]
+        for group in self.groups:
+            group.revive()
+        self.buffers = [[] for _ in self.slots]
 
     def _everyone(self, action: str) -> list[SinkError]:
-        barrier = Barrier(action, len(self.workers))
-        for worker in self.workers:
+        threads = self.workers
+        barrier = Barrier(action, len(threads))
+        for group in self.groups:
+            group.begin(action)
+        for worker in threads:
             worker.jobs.put(barrier)
-        return barrier.wait()
+        errors = list(barrier.wait())
+        for group in self.groups:
+            errors += group.finish()
+        return errors
 
     def close(self, timeout: float) -> None:
         self.stop.set()
-        for worker in self.workers:
+        threads = self.workers
+        for worker in threads:
             worker.jobs.put(None)
-        for worker in self.workers:
+        for group in self.groups:
+            group.close(timeout)
+        for worker in threads:
             worker.join(timeout=timeout)
+        self.slots = []
         self.workers = []
+        self.groups = []
 
 
 ER_LOCK_DEADLOCK = 1213

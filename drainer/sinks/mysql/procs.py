@@ -1,0 +1,323 @@
+"""The MySQL sink's keyed workers in child processes (``worker-processes`` > 0).
+
+pymysql is pure Python: in one process every worker's client work (sending
+statement text, parsing answers) shares one GIL with the dispatcher. With
+``worker-processes = N`` the keyed workers (numbers ``0..worker-count-1``) run in
+N child processes instead, worker ``w`` in process ``w % N``; the keyless worker
+and the dispatcher (decoding, causality, planning) stay in the sink's process.
+
+Each child runs the same :class:`~drainer.sinks.mysql.workers.Worker` threads
+the in-process path runs (retries, deadlock handling, progress rows and error
+translation are that code), fed by one reader thread from a pipe:
+
+- ``("units", number, wire)``: a worker's planned units in a compact form
+  (:func:`pack`: statement text, counts and positions as tuples of str and
+  int; no events, no table objects);
+- ``("barrier", action)``: every worker of the child commits (or rolls back)
+  what it holds; the child answers ``("done", errors, counters)`` once all did,
+  errors as (class name, message) and the metric counters its workers added;
+- ``("stop",)``: the workers roll back what is uncommitted and the child exits.
+
+The contract is the in-process one: the sink's barrier returns only when every
+thread of the sink and every child answered it, so a position is durable only
+when every worker in every process committed it. A child that dies (killed,
+crashed) is seen at the next barrier — the parent waits on the child's answer
+*or* its exit — and answers that barrier with :class:`SinkUnavailable`; the
+sink then rolls back as after any retriable failure and this module starts the
+child again (the server rolled back the dead child's open transactions when its
+connections closed; the events after the last checkpoint are written again in
+safe mode). A child whose parent is gone sees the pipe close and exits; it
+ignores SIGINT (a Ctrl-C reaches the whole process group; the sink's ``close``
+stops its children).
+
+Children start with the ``spawn`` context: the sink's process has threads, and a
+plain ``fork`` of a threaded process may copy a held lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import signal
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
+from typing import Any, NamedTuple, cast
+
+from prometheus_client import REGISTRY
+
+from bridge.sink.errors import SinkApplyError, SinkError, SinkUnavailable
+from drainer.sinks.mysql import metrics
+from drainer.sinks.mysql.batch import Batch, Unit
+from drainer.sinks.mysql.connection import ConnectSettings
+from drainer.sinks.mysql.translate import TableWriter
+from drainer.sinks.mysql.workers import Barrier, Worker
+
+log = logging.getLogger(__name__)
+
+WireBatch = tuple[str, bool, str, str, str, int, int, int]
+WireUnit = tuple[tuple[WireBatch, ...], int, int, int, tuple[tuple[str, str, int], ...]]
+Counters = dict[str, float]
+_ERRORS: dict[str, type[SinkError]] = {
+    "SinkUnavailable": SinkUnavailable,
+    "SinkApplyError": SinkApplyError,
+}
+
+
+def pack(planned: Sequence[Unit]) -> list[WireUnit]:
+    """``planned`` as tuples of str and int (what crosses the pipe)."""
+    return [
+        (
+            tuple(
+                (b.sql, b.multi, b.template, b.table.name, b.kind, b.rows, b.first_ts, b.last_ts)
+                for b in unit.batches
+            ),
+            unit.ops,
+            unit.high_ts,
+            unit.seq,
+            tuple((table, kind, n) for (table, kind), n in unit.counts.items()),
+        )
+        for unit in planned
+    ]
+
+
+class _Named(NamedTuple):
+    """What a worker reads of a batch's table in a child: its name (for messages)."""
+
+    name: str
+
+
+def unpack(wire: Sequence[WireUnit]) -> list[Unit]:
+    """The units :func:`pack` was given, as a worker runs them (a batch's table is only its name)."""
+    return [
+        Unit(
+            [
+                Batch(sql, multi, template, cast(TableWriter, _Named(name)), kind, rows, first, last)
+                for sql, multi, template, name, kind, rows, first, last in batches
+            ],
+            ops,
+            high_ts,
+            seq,
+            {(table, kind): n for table, kind, n in counts},
+        )
+        for batches, ops, high_ts, seq, counts in wire
+    ]
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """What a child needs to build its workers (sent once, at its start)."""
+
+    settings: ConnectSettings
+    batch_rows: int
+    txn_rows: int
+    progress_sql: str
+    cluster_id: int
+    retry_max: float
+    log_level: int
+    join_timeout: float
+
+
+# -- the child ------------------------------------------------------------------------------
+
+_COUNTED = ("bridge_sink_mysql_rows", "bridge_sink_mysql_retries", "bridge_sink_mysql_deadlocks")
+
+
+def _counters() -> Counters:
+    """The totals of this process's row, retry and deadlock counters, keyed by sample."""
+    totals: Counters = {}
+    for family in REGISTRY.collect():
+        if family.name in _COUNTED:
+            for sample in family.samples:
+                if sample.name.endswith("_total"):
+                    labels = "\0".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
+                    totals[f"{family.name}\0{labels}"] = sample.value
+    return totals
+
+
+def child_main(conn: Connection, numbers: tuple[int, ...], spec: WorkerSpec) -> None:
+    """A child's life: workers ``numbers`` as threads, fed from ``conn`` until stop or EOF."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the process group: the sink stops us
+    logging.basicConfig(
+        level=spec.log_level, format="%(asctime)s %(levelname)s %(name)s (worker process): %(message)s"
+    )
+    stop = threading.Event()
+    workers = {
+        number: Worker(
+            number,
+            spec.settings,
+            batch_rows=spec.batch_rows,
+            txn_rows=spec.txn_rows,
+            progress_sql=spec.progress_sql,
+            cluster_id=spec.cluster_id,
+            retry_max=spec.retry_max,
+            stop=stop,
+        )
+        for number in numbers
+    }
+    for worker in workers.values():
+        worker.start()
+    try:
+        while True:
+            try:
+                message = conn.recv()
+            except (EOFError, OSError):
+                return  # the sink's process is gone: roll back and exit
+            if message[0] == "units":
+                workers[message[1]].give(unpack(message[2]))
+            elif message[0] == "barrier":
+                barrier = Barrier(message[1], len(workers))
+                for worker in workers.values():
+                    worker.jobs.put(barrier)
+                errors = [(type(e).__name__, str(e)) for e in barrier.wait()]
+                conn.send(("done", errors, _counters()))
+            else:
+                return
+    finally:
+        stop.set()
+        for worker in workers.values():
+            worker.jobs.put(None)
+        for worker in workers.values():
+            worker.join(timeout=spec.join_timeout)
+        conn.close()
+
+
+# -- the sink's side -------------------------------------------------------------------------
+
+
+class RemoteWorker:
+    """The dispatcher's handle of a worker in a child process (a :class:`workers.Slot`)."""
+
+    def __init__(self, number: int, group: WorkerProcess) -> None:
+        self.number, self.group = number, group
+
+    @property
+    def error(self) -> SinkError | None:
+        return self.group.error
+
+    def give(self, planned: list[Unit]) -> None:
+        self.group.send(("units", self.number, pack(planned)))
+
+
+class WorkerProcess:
+    """One child process running the workers ``numbers`` (a :class:`workers.Group`)."""
+
+    def __init__(self, index: int, numbers: Sequence[int], spec: WorkerSpec) -> None:
+        self.index, self.numbers, self.spec = index, tuple(numbers), spec
+        self.error: SinkError | None = None  # set once the child is known dead
+        self._conn: Connection | None = None
+        self._proc: BaseProcess | None = None
+        self._waiting = False
+        self._seen: Counters = {}
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.is_alive()
+
+    def slots(self) -> list[RemoteWorker]:
+        return [RemoteWorker(number, self) for number in self.numbers]
+
+    def start(self) -> None:
+        context = multiprocessing.get_context("spawn")  # never fork: this process has threads
+        mine, theirs = context.Pipe()
+        proc = context.Process(
+            target=child_main,
+            args=(theirs, self.numbers, self.spec),
+            name=f"mysql-sink-workers-{self.index}",
+            daemon=True,
+        )
+        proc.start()
+        theirs.close()
+        self._conn, self._proc, self.error, self._seen = mine, proc, None, {}
+        log.info(
+            "mysql sink: worker process %d (pid %s) runs workers %s",
+            self.index,
+            proc.pid,
+            ",".join(map(str, self.numbers)),
+        )
+
+    def send(self, message: tuple[Any, ...]) -> None:
+        if self.error is not None or self._conn is None:
+            return
+        try:
+            self._conn.send(message)
+        except (OSError, ValueError):
+            self._died()
+
+    def begin(self, action: str) -> None:
+        self.send(("barrier", action))
+        self._waiting = self.error is None
+
+    def finish(self) -> list[SinkError]:
+        if self._waiting and self._conn is not None and self._proc is not None:
+            self._waiting = False
+            try:
+                if not self._conn.poll():
+                    wait([self._conn, self._proc.sentinel])  # its answer, or its exit
+                if self._conn.poll():
+                    _, errors, counters = self._conn.recv()
+                    self._count(counters)
+                    return [_ERRORS.get(name, SinkError)(text) for name, text in errors]
+            except (EOFError, OSError):
+                pass
+            self._died()
+        return [self.error] if self.error is not None else []
+
+    def revive(self) -> None:
+        if self.error is not None:
+            self._reap(0.0)
+            self.start()
+
+    def close(self, timeout: float) -> None:
+        if self._proc is None:
+            return
+        self.send(("stop",))
+        self._reap(timeout)
+
+    def _died(self) -> None:
+        if self.error is None:
+            self._reap(1.0)
+            code = self._proc.exitcode if self._proc is not None else None
+            self.error = SinkUnavailable(
+                f"mysql sink: worker process {self.index} (pid {self.pid}, workers "
+                f"{','.join(map(str, self.numbers))}) is gone (exit code {code}); its uncommitted "
+                "changes are written again"
+            )
+            log.warning("%s", self.error)
+
+    def _reap(self, timeout: float) -> None:
+        proc, conn = self._proc, self._conn
+        if proc is not None:
+            proc.join(timeout)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(5.0)
+        if conn is not None:
+            conn.close()
+        self._conn = None
+
+    def _count(self, counters: Counters) -> None:
+        """Add what the child's workers counted since its last answer to this process's metrics."""
+        for key, total in counters.items():
+            delta = total - self._seen.get(key, 0.0)
+            self._seen[key] = total
+            if delta <= 0:
+                continue
+            family, _, labels = key.partition("\0")
+            values = dict(part.split("=", 1) for part in labels.split("\0") if part)
+            if family == "bridge_sink_mysql_rows":
+                metrics.ROWS.labels(values.get("table", ""), values.get("kind", "")).inc(delta)
+            elif family == "bridge_sink_mysql_retries":
+                metrics.RETRIES.labels(values.get("scope", "worker")).inc(delta)
+            elif family == "bridge_sink_mysql_deadlocks":
+                metrics.DEADLOCKS.inc(delta)
+
+
+def make_groups(worker_count: int, processes: int, spec: WorkerSpec) -> list[WorkerProcess]:
+    """``processes`` groups for keyed workers ``0..worker_count-1`` (worker w in group w % processes)."""
+    return [WorkerProcess(index, range(index, worker_count, processes), spec) for index in range(processes)]
