@@ -18,6 +18,7 @@ from collections.abc import Iterator
 
 import pymysql
 import pytest
+from prometheus_client import REGISTRY
 
 from bridge.apps.diff import diff
 from bridge.dsn import parse_dsn
@@ -108,6 +109,7 @@ def test_a_mixed_workload_through_two_worker_processes_ends_equal(down: Downstre
         txn_rows=40,
         serial_unique_tables=False,  # conflicts between workers of both processes
     )
+    statements = REGISTRY.get_sample_value("bridge_sink_mysql_statement_seconds_count") or 0
     groups = [g for g in sink._pool.groups if isinstance(g, WorkerProcess)]
     assert len(groups) == 2 and all(g.alive() for g in groups)
     driver = SinkDriver(sink, threading.Event(), retry_initial=0.01, retry_max=0.1)
@@ -120,6 +122,12 @@ def test_a_mixed_workload_through_two_worker_processes_ends_equal(down: Downstre
     finally:
         sink.close()
     assert not any(g.alive() for g in groups)  # close() stopped the children
+    # what the children's workers counted reached this process's metrics at the barriers
+    inserted = REGISTRY.get_sample_value(
+        "bridge_sink_mysql_rows_total", {"table": f"{down.db}.k", "kind": "insert"}
+    )
+    assert inserted == 150 * 5
+    assert (REGISTRY.get_sample_value("bridge_sink_mysql_statement_seconds_count") or 0) > statements
     assert sink.conflict_flushes > 0
     keyed, keyless = expected_rows(150)
     assert_equal(

@@ -14,8 +14,9 @@ translation are that code), fed by one reader thread from a pipe:
   (:func:`pack`: statement text, counts and positions as tuples of str and
   int; no events, no table objects);
 - ``("barrier", action)``: every worker of the child commits (or rolls back)
-  what it holds; the child answers ``("done", errors, counters)`` once all did,
-  errors as (class name, message) and the metric counters its workers added;
+  what it holds; the child answers ``("done", errors, recorded)`` once all did,
+  errors as (class name, message) and what its workers added to the metrics
+  (counts and observed times; the sink's process adds them to its own);
 - ``("stop",)``: the workers roll back what is uncommitted and the child exits.
 
 The contract is the in-process one: the sink's barrier returns only when every
@@ -46,8 +47,6 @@ from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import Any, NamedTuple, cast
 
-from prometheus_client import REGISTRY
-
 from bridge.sink.errors import SinkApplyError, SinkError, SinkUnavailable
 from drainer.sinks.mysql import metrics
 from drainer.sinks.mysql.batch import Batch, Unit
@@ -59,7 +58,6 @@ log = logging.getLogger(__name__)
 
 WireBatch = tuple[str, bool, str, str, str, int, int, int]
 WireUnit = tuple[tuple[WireBatch, ...], int, int, int, tuple[tuple[str, str, int], ...]]
-Counters = dict[str, float]
 _ERRORS: dict[str, type[SinkError]] = {
     "SinkUnavailable": SinkUnavailable,
     "SinkApplyError": SinkApplyError,
@@ -122,19 +120,37 @@ class WorkerSpec:
 
 # -- the child ------------------------------------------------------------------------------
 
-_COUNTED = ("bridge_sink_mysql_rows", "bridge_sink_mysql_retries", "bridge_sink_mysql_deadlocks")
+COUNTERS = ("ROWS", "RETRIES", "DEADLOCKS")  # the metrics a worker adds to (drainer.sinks.mysql.metrics)
+HISTOGRAMS = ("STATEMENT_SECONDS", "BATCH_ROWS", "COMMIT_SECONDS")
+Recorded = list[tuple[str, tuple[str, ...], float]]  # (metric, labels, amount or observed value)
 
 
-def _counters() -> Counters:
-    """The totals of this process's row, retry and deadlock counters, keyed by sample."""
-    totals: Counters = {}
-    for family in REGISTRY.collect():
-        if family.name in _COUNTED:
-            for sample in family.samples:
-                if sample.name.endswith("_total"):
-                    labels = "\0".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
-                    totals[f"{family.name}\0{labels}"] = sample.value
-    return totals
+class _Recorder:
+    """Stands in for one metric in a child: what the workers add or observe is kept until the next
+    barrier answer carries it to the sink's process (:meth:`WorkerProcess.finish` adds it there)."""
+
+    def __init__(self, name: str, kept: Recorded, labels: tuple[str, ...] = ()) -> None:
+        self.name, self.kept, self._labels = name, kept, labels
+
+    def labels(self, *values: str) -> _Recorder:
+        return _Recorder(self.name, self.kept, values)
+
+    def inc(self, amount: float = 1.0) -> None:
+        self.kept.append((self.name, self._labels, amount))
+
+    def observe(self, value: float) -> None:
+        self.kept.append((self.name, self._labels, value))
+
+
+def _record(recorded: Recorded) -> None:
+    """Add what a child's workers recorded to this process's metrics."""
+    for name, labels, amount in recorded:
+        metric = getattr(metrics, name)
+        target = metric.labels(*labels) if labels else metric
+        if name in COUNTERS:
+            target.inc(amount)
+        elif name in HISTOGRAMS:
+            target.observe(amount)
 
 
 def child_main(conn: Connection, numbers: tuple[int, ...], spec: WorkerSpec) -> None:
@@ -143,6 +159,9 @@ def child_main(conn: Connection, numbers: tuple[int, ...], spec: WorkerSpec) -> 
     logging.basicConfig(
         level=spec.log_level, format="%(asctime)s %(levelname)s %(name)s (worker process): %(message)s"
     )
+    recorded: Recorded = []
+    for name in (*COUNTERS, *HISTOGRAMS):
+        setattr(metrics, name, _Recorder(name, recorded))  # this process's metrics are never served
     stop = threading.Event()
     workers = {
         number: Worker(
@@ -172,7 +191,8 @@ def child_main(conn: Connection, numbers: tuple[int, ...], spec: WorkerSpec) -> 
                 for worker in workers.values():
                     worker.jobs.put(barrier)
                 errors = [(type(e).__name__, str(e)) for e in barrier.wait()]
-                conn.send(("done", errors, _counters()))
+                conn.send(("done", errors, recorded[:]))
+                recorded.clear()
             else:
                 return
     finally:
@@ -210,7 +230,6 @@ class WorkerProcess:
         self._conn: Connection | None = None
         self._proc: BaseProcess | None = None
         self._waiting = False
-        self._seen: Counters = {}
 
     @property
     def pid(self) -> int | None:
@@ -233,7 +252,7 @@ class WorkerProcess:
         )
         proc.start()
         theirs.close()
-        self._conn, self._proc, self.error, self._seen = mine, proc, None, {}
+        self._conn, self._proc, self.error = mine, proc, None
         log.info(
             "mysql sink: worker process %d (pid %s) runs workers %s",
             self.index,
@@ -260,8 +279,8 @@ class WorkerProcess:
                 if not self._conn.poll():
                     wait([self._conn, self._proc.sentinel])  # its answer, or its exit
                 if self._conn.poll():
-                    _, errors, counters = self._conn.recv()
-                    self._count(counters)
+                    _, errors, recorded = self._conn.recv()
+                    _record(recorded)
                     return [_ERRORS.get(name, SinkError)(text) for name, text in errors]
             except (EOFError, OSError):
                 pass
@@ -300,22 +319,6 @@ class WorkerProcess:
         if conn is not None:
             conn.close()
         self._conn = None
-
-    def _count(self, counters: Counters) -> None:
-        """Add what the child's workers counted since its last answer to this process's metrics."""
-        for key, total in counters.items():
-            delta = total - self._seen.get(key, 0.0)
-            self._seen[key] = total
-            if delta <= 0:
-                continue
-            family, _, labels = key.partition("\0")
-            values = dict(part.split("=", 1) for part in labels.split("\0") if part)
-            if family == "bridge_sink_mysql_rows":
-                metrics.ROWS.labels(values.get("table", ""), values.get("kind", "")).inc(delta)
-            elif family == "bridge_sink_mysql_retries":
-                metrics.RETRIES.labels(values.get("scope", "worker")).inc(delta)
-            elif family == "bridge_sink_mysql_deadlocks":
-                metrics.DEADLOCKS.inc(delta)
 
 
 def make_groups(worker_count: int, processes: int, spec: WorkerSpec) -> list[WorkerProcess]:
