@@ -13,7 +13,7 @@ insert of its row in commit order. Every Commit is acknowledged before anything
 is measured.
 
 ``value``: a ``binlog-bridge drainer`` child (``[sink] type = "mysql"`` into
-``--dsn`` with ``--worker-count``, ``--batch-rows``, ``--txn-rows``; safe mode
+``--dsn`` with ``--worker-count``, ``--worker-processes``, ``--batch-rows``, ``--txn-rows``; safe mode
 off unless ``--safe-mode``, and no safe-mode window after the start unless
 ``--safe-mode-duration``, so the steady state is measured; file checkpoint;
 ``initial-commit-ts = 0``) catches up; row changes per
@@ -56,7 +56,7 @@ from typing import Any
 import pymysql
 from pymysql.constants import CLIENT
 
-from bench.cpu import CpuMeter, listener_pid
+from bench.cpu import CpuMeter, cpu_seconds, listener_pid
 from bench.drainer import (
     DRAINER_READY,
     PUMPS,
@@ -94,6 +94,7 @@ type = "mysql"
 [sink.mysql]
 dsn = "{dsn}"
 worker-count = {worker_count}
+worker-processes = {worker_processes}
 batch-rows = {batch_rows}
 txn-rows = {txn_rows}
 safe-mode = {safe_mode}
@@ -118,6 +119,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="every change of a transaction of one kind drawn from the mix (default: each change draws)",
     )
     parser.add_argument("--worker-count", type=int, default=16, help="sink.mysql.worker-count (default 16)")
+    parser.add_argument(
+        "--worker-processes",
+        type=int,
+        default=0,
+        help="sink.mysql.worker-processes: child processes for the keyed workers (default 0: threads)",
+    )
     parser.add_argument(
         "--flush-interval",
         type=float,
@@ -229,6 +236,7 @@ async def measure_drainer(
     sink = MYSQL_SINK_TOML.format(
         dsn=dsn_text(dsn),
         worker_count=args.worker_count,
+        worker_processes=args.worker_processes,
         batch_rows=args.batch_rows,
         txn_rows=args.txn_rows,
         safe_mode=str(args.safe_mode).lower(),
@@ -243,6 +251,10 @@ async def measure_drainer(
         await wait_checkpoint(drainer, last_ts, args.timeout)
         elapsed = time.perf_counter() - drainer.ready_at
         cpu.stop()
+        if args.worker_processes:  # the drainer's children, started with the sink after ready: all CPU
+            tasks = Path(f"/proc/{drainer.proc.pid}/task").glob("*/children")
+            pids = [int(pid) for task in tasks for pid in task.read_text().split()]
+            cpu.spent["drainer_worker_processes"] = round(sum(cpu_seconds(p) or 0.0 for p in pids), 3)
         faults: dict[str, Any] = await asyncio.to_thread(mysql_sink_faults, drainer.match.group(1))
         faults["drainer_peak_rss_mib"] = peak_rss_mib(drainer.proc.pid)
         samples = await asyncio.to_thread(fetch_metrics, drainer.match.group(1), "bridge_sink_mysql_")
@@ -415,6 +427,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         ("--rows", args.rows >= 1),
         ("--rows-per-txn", 1 <= args.rows_per_txn <= args.rows),
         ("--worker-count", args.worker_count >= 1),
+        ("--worker-processes", 0 <= args.worker_processes <= args.worker_count),
         ("--flush-interval", args.flush_interval > 0),
         ("--batch-rows", args.batch_rows >= 1),
         ("--txn-rows", args.txn_rows >= 1),
@@ -461,6 +474,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "txn_kind": args.txn_kind,
             "changes": model.changes,
             "worker_count": args.worker_count,
+            "worker_processes": args.worker_processes,
             "flush_interval": args.flush_interval,
             "batch_rows": args.batch_rows,
             "txn_rows": args.txn_rows,
