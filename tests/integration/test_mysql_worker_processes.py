@@ -14,6 +14,7 @@ import os
 import random
 import signal
 import threading
+import time
 from collections.abc import Iterator
 
 import pymysql
@@ -161,6 +162,10 @@ def test_a_killed_worker_process_fails_the_next_flush_and_a_restart_ends_equal(d
         assert isinstance(victim, WorkerProcess) and victim.pid is not None
         first.write(events[40:70])
         os.kill(victim.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30  # hang guard only
+        while victim.alive() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not victim.alive()
         first.write(events[70:80])
         with pytest.raises(SinkUnavailable, match=r"worker process 0 .* is gone"):
             first.flush()
