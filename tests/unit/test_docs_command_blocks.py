@@ -85,6 +85,10 @@ OTHER_PROGRAMS = {
     "python -c": "inline Python filtering a checked command's JSON output",
 }
 
+# `python -m MODULE` of modules that are not the repository's: not parsed (path arguments are
+# checked like every path argument).
+OTHER_MODULES = {"pytest": "the test runner; its test-file arguments are checked as paths"}
+
 # Repository configs that name files an earlier command of their block makes: checked to exist
 # and parse as TOML, not loaded (the loader checks those files).
 LOADED_ELSEWHERE = {
@@ -465,6 +469,8 @@ def check_python(command: Command) -> list[str]:
         return []
     if args[:1] == ["-m"] and len(args) > 1:
         module, rest = args[1], args[2:]
+        if module in OTHER_MODULES:
+            return []
         if module in PROJECT_MODULES:
             return check_cli(command, PROJECT_MODULES[module], rest)
         file = ROOT / (module.replace(".", "/") + ".py")
