@@ -14,7 +14,8 @@ BEGIN/COMMIT is a DDL (or a statement the capture ignores).
   of unselected tables still moves the position), the position just after
   it and the upstream commit time;
 - :class:`DdlEvent` for each other query event, with the position after it;
-- :class:`Idle` when the source sends a heartbeat between transactions.
+- :class:`Idle` when the source sends a heartbeat between transactions, with the
+  position of the heartbeat (the binlog's end).
 """
 
 from __future__ import annotations
@@ -122,7 +123,14 @@ class Transactions:
         return self._position.after(self._stream.log_file, self._stream.log_pos, gtid)
 
     def _heartbeat(self, event: Any) -> Idle | None:
-        return Idle(self._position) if not self._open.gtid and not self._open.rows else None
+        """Between transactions, a heartbeat's coordinates (the stream's, which the reader updates
+        from it) are the source's binlog end: every event before it was read, including events
+        that end no transaction here (MariaDB's binlog checkpoints, filtered schemas' statements),
+        so the position moves there, and an idle source shows no lag."""
+        if self._open.gtid or self._open.rows:
+            return None
+        self._position = self._here("")
+        return Idle(self._position)
 
     def _gtid(self, event: Any) -> None:
         self._open = _Open(gtid=str(event.gtid))
