@@ -37,6 +37,7 @@ pytestmark = [pytest.mark.mysql, pytest.mark.timeout(600)]
 HANG_GUARD = 240.0
 SINK_SETTINGS = {"worker-count": 8, "batch-rows": 500, "txn-rows": 4096, "safe-mode-duration": "0s"}
 SEED_ROWS = 2000
+LOAD_RATE = 250  # transactions/s of the SQL load (about a quarter of what a quiet machine takes)
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +94,7 @@ def pipeline(
 
 
 def test_snapshot_and_stream_under_sql_load_replicate_into_mysql(pipeline: Pipeline) -> None:
-    workload = SqlWorkload(pipeline.source, pipeline.db, seed=3, first_id=SEED_ROWS)
+    workload = SqlWorkload(pipeline.source, pipeline.db, seed=3, first_id=SEED_ROWS, rate=LOAD_RATE)
     workload.start()
     try:
         pipeline.capture.start()
@@ -107,7 +108,7 @@ def test_snapshot_and_stream_under_sql_load_replicate_into_mysql(pipeline: Pipel
 
 def test_capture_sigkilled_five_times_under_load(pipeline: Pipeline) -> None:
     rng = random.Random(11)
-    workload = SqlWorkload(pipeline.source, pipeline.db, seed=5, first_id=SEED_ROWS)
+    workload = SqlWorkload(pipeline.source, pipeline.db, seed=5, first_id=SEED_ROWS, rate=LOAD_RATE)
     workload.start()
     try:
         pipeline.capture.launch()  # the first kill may land inside the snapshot
@@ -140,7 +141,7 @@ def test_capture_through_the_kafka_sink_and_consume_apply(
     capture = CaptureProcess(tmp_path, source, cluster.meta_addr, [db], chunk=200)
     try:
         cluster.start()
-        workload = SqlWorkload(source, db, seed=9, first_id=500, ddl_every=25)
+        workload = SqlWorkload(source, db, seed=9, first_id=500, ddl_every=25, rate=LOAD_RATE)
         workload.start()
         try:
             capture.start()

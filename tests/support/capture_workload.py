@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,6 +54,10 @@ class SqlWorkload:
     seed: int = 1
     ddl_every: int = 40
     first_id: int = 1_000_000
+    # transactions per second at most (0: as fast as the source takes them). A paced load gives
+    # the pipeline the same work on a quiet machine as on a busy one, so a test's catch-up after
+    # it does not grow with the machine's speed.
+    rate: float = 0.0
     transactions: int = 0
     ddl: int = 0
     errors: list[str] = field(default_factory=list)
@@ -74,6 +79,7 @@ class SqlWorkload:
         conn = self.source.connect(self.db)
         next_id = self.first_id
         extra: list[str] = []
+        started = time.monotonic()
         try:
             with conn.cursor() as cursor:
                 while not self._stop.is_set():
@@ -81,6 +87,8 @@ class SqlWorkload:
                         self._ddl(cursor, rng, extra)
                     next_id = self._transaction(cursor, rng, next_id)
                     self.transactions += 1
+                    if self.rate > 0:
+                        self._stop.wait(started + self.transactions / self.rate - time.monotonic())
         except pymysql.err.MySQLError as exc:
             self.errors.append(repr(exc))
         finally:
