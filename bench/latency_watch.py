@@ -7,6 +7,7 @@ main thread compares it with its transaction's commit time (:class:`Txn`).
 
 from __future__ import annotations
 
+import abc
 import argparse
 import math
 import threading
@@ -50,7 +51,7 @@ class Run:
 # -- watchers: when each row became visible downstream -------------------------------------------
 
 
-class Watcher(threading.Thread):
+class Watcher(threading.Thread, abc.ABC):
     """A thread recording the wall time each row (or message) was first seen; stops on ``stop``."""
 
     def __init__(self, sink: str) -> None:
@@ -68,11 +69,13 @@ class Watcher(threading.Thread):
         finally:
             self.ready.set()
 
+    @abc.abstractmethod
     def watch(self) -> None:
-        raise NotImplementedError
+        """Record when each row of the run becomes visible, until ``stop`` is set."""
 
+    @abc.abstractmethod
     def count(self) -> int:
-        raise NotImplementedError
+        """How many rows of the run have been seen."""
 
 
 class MySQLWatcher(Watcher):
