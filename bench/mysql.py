@@ -56,6 +56,7 @@ from typing import Any
 import pymysql
 from pymysql.constants import CLIENT
 
+from bench import mysql_workload as workload
 from bench.cpu import CpuMeter, cpu_seconds, listener_pid
 from bench.drainer import (
     DRAINER_READY,
@@ -121,9 +122,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--worker-count", type=int, default=16, help="sink.mysql.worker-count (default 16)")
     parser.add_argument(
         "--worker-processes",
-        type=int,
-        default=0,
-        help="sink.mysql.worker-processes: child processes for the keyed workers (default 0: threads)",
+        type=workload.processes_arg,
+        default="auto",
+        help="sink.mysql.worker-processes: child processes for the keyed workers, 0 for threads "
+        '(default "auto", resolved here as the sink resolves it)',
     )
     parser.add_argument(
         "--flush-interval",
@@ -236,7 +238,7 @@ async def measure_drainer(
     sink = MYSQL_SINK_TOML.format(
         dsn=dsn_text(dsn),
         worker_count=args.worker_count,
-        worker_processes=args.worker_processes,
+        worker_processes=workload.worker_processes(args),
         batch_rows=args.batch_rows,
         txn_rows=args.txn_rows,
         safe_mode=str(args.safe_mode).lower(),
@@ -251,7 +253,7 @@ async def measure_drainer(
         await wait_checkpoint(drainer, last_ts, args.timeout)
         elapsed = time.perf_counter() - drainer.ready_at
         cpu.stop()
-        if args.worker_processes:  # the drainer's children, started with the sink after ready: all CPU
+        if workload.worker_processes(args):  # its children, started with the sink after ready: all CPU
             tasks = Path(f"/proc/{drainer.proc.pid}/task").glob("*/children")
             pids = [int(pid) for task in tasks for pid in task.read_text().split()]
             cpu.spent["drainer_worker_processes"] = round(sum(cpu_seconds(p) or 0.0 for p in pids), 3)
@@ -427,7 +429,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         ("--rows", args.rows >= 1),
         ("--rows-per-txn", 1 <= args.rows_per_txn <= args.rows),
         ("--worker-count", args.worker_count >= 1),
-        ("--worker-processes", 0 <= args.worker_processes <= args.worker_count),
+        ("--worker-processes", 0 <= workload.worker_processes(args) <= args.worker_count),
         ("--flush-interval", args.flush_interval > 0),
         ("--batch-rows", args.batch_rows >= 1),
         ("--txn-rows", args.txn_rows >= 1),
@@ -474,7 +476,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "txn_kind": args.txn_kind,
             "changes": model.changes,
             "worker_count": args.worker_count,
-            "worker_processes": args.worker_processes,
+            "worker_processes": workload.worker_processes(args),
+            "worker_processes_setting": args.worker_processes,
             "flush_interval": args.flush_interval,
             "batch_rows": args.batch_rows,
             "txn_rows": args.txn_rows,

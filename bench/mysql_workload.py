@@ -9,6 +9,7 @@ downstream table can be checked against it (row count, ``SUM(customer)``,
 
 from __future__ import annotations
 
+import argparse
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from bench.drainer import row_values
 from bridge.binlog import TableMutationBuilder
 from bridge.errors import ConfigError
 from bridge.rowcodec import RowCodec
+from drainer.sinks.mysql.config import auto_processes, usable_cores
 
 KINDS = ("insert", "update", "delete")
 DEFAULT_MIX = {"insert": 60, "update": 30, "delete": 10}
@@ -115,3 +117,13 @@ def txn_sizes(rows: int, per_txn: int) -> Iterator[int]:
     yield from (per_txn for _ in range(full))
     if rest:
         yield rest
+
+
+def processes_arg(text: str) -> int | str:
+    return text if text == "auto" else int(text)
+
+
+def worker_processes(args: argparse.Namespace) -> int:
+    """``--worker-processes`` as the sink resolves it on this machine."""
+    setting = args.worker_processes
+    return setting if isinstance(setting, int) else auto_processes(usable_cores(), args.worker_count)

@@ -13,9 +13,12 @@ from __future__ import annotations
 import os
 import random
 import signal
+import subprocess
+import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 import pymysql
 import pytest
@@ -28,7 +31,7 @@ from bridge.proto import row_pb2
 from bridge.sink.driver import SinkDriver
 from bridge.sink.errors import SinkUnavailable
 from bridge.sink.events import Event
-from drainer.sinks.mysql.config import MySQLSinkConfig
+from drainer.sinks.mysql.config import MySQLSinkConfig, auto_processes, usable_cores
 from drainer.sinks.mysql.procs import WorkerProcess
 from drainer.sinks.mysql.sink import MySQLSink
 from tests.integration.test_mysql_sink import (
@@ -186,4 +189,121 @@ def test_a_killed_worker_process_fails_the_next_flush_and_a_restart_ends_equal(d
         second.close()
     keyed, keyless = expected_rows(120)
     assert down.query(f"SELECT id, v FROM `{down.db}`.k ORDER BY id") == keyed
+    assert_equal(down, {"k": list(keyed), "n": list(keyless)})
+
+
+def test_worker_processes_auto_follows_the_core_count() -> None:
+    dsn = "mysql://root@127.0.0.1:3306/"
+    assert MySQLSinkConfig(dsn=dsn).worker_processes == "auto"  # the default
+    assert [auto_processes(cores, 16) for cores in (1, 2, 3, 4, 8, 12, 16, 64)] == [0, 0, 0, 1, 2, 3, 4, 4]
+    assert auto_processes(64, 2) == 2  # never more than worker-count
+    config = MySQLSinkConfig(dsn=dsn, worker_count=4)
+    config.validate()
+    assert config.processes() == auto_processes(usable_cores(), 4)
+    with pytest.raises(ConfigError, match=r'sink\.mysql\.worker-processes: "auto" or a number'):
+        MySQLSinkConfig(dsn=dsn, worker_processes="many").validate()
+
+
+def alive(pid: int) -> bool:
+    """``pid`` runs (a zombie waiting for its reaper counts as gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def wait_gone(pids: Sequence[int], what: str) -> None:
+    deadline = time.monotonic() + 30  # hang guard only
+    while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not any(alive(pid) for pid in pids), f"{what} outlived their parent: {pids}"
+
+
+SINK_PROCESS = """
+import sys
+from bridge.dsn import parse_dsn
+from tests.integration.test_mysql_sink import Downstream, keyed_and_keyless, load
+from tests.support.binlog_events import EventStream
+
+if __name__ == "__main__":  # the sink's children are spawned: they import this module again
+    down = Downstream(parse_dsn(sys.argv[1]), None, sys.argv[2])
+    down.cluster_id = int(sys.argv[3])
+    stream = EventStream()
+    ddl = keyed_and_keyless(stream, down.db)
+    events = load(stream, down.db, 60)
+    sink = down.sink(safe_mode_duration="0s", worker_count=4, worker_processes=2, batch_rows=4, txn_rows=7)
+    sink.write([*ddl, *events[:30]])
+    print("checkpoint", sink.flush(), *[g.pid for g in sink._pool.groups], flush=True)
+    sys.stdin.readline()  # the test holds a lock the next changes wait for
+    sink.write(events[30:])
+    print("written", flush=True)
+    sys.stdin.readline()  # until SIGKILL
+"""
+
+
+def test_worker_processes_die_with_a_sigkilled_sink_process_and_hold_no_lock(
+    down: Downstream, tmp_path: Path
+) -> None:
+    """A sink process SIGKILLed while a worker in its child waits for a row lock: the children exit
+    with it (before the lock is freed, so none of them can commit late), and a sink started again
+    from the checkpoint applies the rest and ends equal."""
+    script = tmp_path / "sink_process.py"
+    script.write_text(SINK_PROCESS)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    proc = subprocess.Popen(
+        [sys.executable, str(script), down.url, down.name, str(down.cluster_id)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    lock = pymysql.connect(
+        host=down.dsn.host, port=down.dsn.port, user=down.dsn.user, password=down.dsn.password or ""
+    )
+    try:
+        assert proc.stdin is not None and proc.stdout is not None
+        words = proc.stdout.readline().split()
+        assert words[:1] == ["checkpoint"], words
+        checkpoint, children = int(words[1]), [int(pid) for pid in words[2:]]
+        assert len(children) == 2 and all(alive(pid) for pid in children)
+        with lock.cursor() as cur:  # an uncommitted row with a key the next inserts carry
+            cur.execute(f"INSERT INTO `{down.db}`.k VALUES (302, 'held')")
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == "written"
+        waiting = (
+            "SELECT COUNT(*) FROM information_schema.innodb_trx "
+            f"WHERE trx_state = 'LOCK WAIT' AND trx_query LIKE '%%{down.db}%%'"
+        )
+        deadline = time.monotonic() + 30  # hang guard only
+        while down.query(waiting) == [(0,)] and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert down.query(waiting) != [(0,)], "no worker waited for the held row"
+        proc.kill()
+        proc.wait(timeout=30)
+        wait_gone(children, "worker processes")
+        # Had a child survived, its insert would go on now and it could commit. The server notices
+        # the closed connection only when the lock wait ends, then rolls its transaction back.
+        lock.rollback()
+        deadline = time.monotonic() + 30  # hang guard only
+        while down.query(waiting) != [(0,)] and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert down.query(waiting) == [(0,)]
+    finally:
+        lock.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+    stream = EventStream()
+    keyed_and_keyless(stream, down.db)
+    events = load(stream, down.db, 60)
+    assert checkpoint == events[29].commit_ts
+    again = down.sink(checkpoint, safe_mode_duration="0s", worker_count=4, worker_processes=2, batch_rows=4)
+    try:
+        again.write(events[30:])
+        assert again.flush() == events[-1].commit_ts
+    finally:
+        again.close()
+    keyed, keyless = expected_rows(60)
     assert_equal(down, {"k": list(keyed), "n": list(keyless)})

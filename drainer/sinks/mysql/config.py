@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from bridge.dsn import Dsn, parse_dsn
@@ -9,6 +10,26 @@ from bridge.errors import ConfigError
 
 PASSWORD_ENV = "BRIDGE_SINK_MYSQL_PASSWORD"  # noqa: S105 - the variable's name
 DEFAULT_SQL_MODE = "NO_AUTO_VALUE_ON_ZERO,STRICT_TRANS_TABLES,NO_ENGINE_SUBSTITUTION"
+AUTO_MIN_CORES = 4  # "auto" keeps the workers in the drainer's process below this many cores
+AUTO_CORES_PER_PROCESS = 4
+AUTO_MAX_PROCESSES = 4
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity, else the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        return os.cpu_count() or 1
+
+
+def auto_processes(cores: int, worker_count: int) -> int:
+    """``worker-processes = "auto"``: 0 below ``AUTO_MIN_CORES`` cores, else one process per
+    ``AUTO_CORES_PER_PROCESS`` cores, at most ``AUTO_MAX_PROCESSES`` and ``worker_count`` (why these
+    numbers: docs/mysql-sink.md, *Worker processes*)."""
+    if cores < AUTO_MIN_CORES:
+        return 0
+    return max(1, min(cores // AUTO_CORES_PER_PROCESS, AUTO_MAX_PROCESSES, worker_count))
 
 
 @dataclass
@@ -24,11 +45,12 @@ class MySQLSinkConfig:
     worker_count: int = field(
         default=16, metadata={"help": "worker threads (one connection each) for keyed tables"}
     )
-    worker_processes: int = field(
-        default=0,
+    worker_processes: int | str = field(
+        default="auto",
         metadata={
-            "help": "child processes the keyed workers run in (worker w in process w % N), so their "
-            "client work uses more than one core; 0: worker threads in the drainer's process"
+            "help": "child processes the keyed workers run in (worker w in process w % N), so decoding, "
+            "statement text and client work use more than one core; 0: worker threads in the drainer's "
+            'process; "auto": 0 below 4 usable cores, else one per 4 cores, at most 4 (docs/mysql-sink.md)'
         },
     )
     batch_rows: int = field(default=500, metadata={"help": "row changes per multi-row statement"})
@@ -92,10 +114,15 @@ class MySQLSinkConfig:
         for key, value in (("worker-count", self.worker_count), ("batch-rows", self.batch_rows)):
             if not 1 <= value <= 1024 * (1 if key == "worker-count" else 64):
                 raise ConfigError(f"sink.mysql.{key}: out of range, got {value}")
-        if not 0 <= self.worker_processes <= self.worker_count:
+        processes = self.worker_processes
+        if isinstance(processes, str) and processes != "auto":
             raise ConfigError(
-                f"sink.mysql.worker-processes: 0 (threads) up to worker-count ({self.worker_count}), "
-                f"got {self.worker_processes}"
+                f'sink.mysql.worker-processes: "auto" or a number 0..worker-count, got {processes!r}'
+            )
+        if isinstance(processes, int) and not 0 <= processes <= self.worker_count:
+            raise ConfigError(
+                f"sink.mysql.worker-processes: 0 (threads) up to worker-count ({self.worker_count}) "
+                f'or "auto", got {processes}'
             )
         if self.txn_rows < 1:
             raise ConfigError(f"sink.mysql.txn-rows: must be at least 1, got {self.txn_rows}")
@@ -105,6 +132,12 @@ class MySQLSinkConfig:
             raise ConfigError("sink.mysql.sql-mode: NO_BACKSLASH_ESCAPES is not supported (text is escaped)")
         if self.read_timeout and self.read_timeout < 1:
             raise ConfigError("sink.mysql.read-timeout: at least 1s (or 0 for no limit)")
+
+    def processes(self) -> int:
+        """``worker-processes`` as a number: ``"auto"`` resolved for this machine (:func:`auto_processes`)."""
+        if isinstance(self.worker_processes, int):
+            return self.worker_processes
+        return auto_processes(usable_cores(), self.worker_count)
 
     def parsed_dsn(self) -> Dsn:
         return parse_dsn(self.dsn, key="sink.mysql.dsn").with_password_from_env(PASSWORD_ENV)

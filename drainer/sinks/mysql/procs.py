@@ -27,9 +27,14 @@ crashed) is seen at the next barrier — the parent waits on the child's answer
 sink then rolls back as after any retriable failure and this module starts the
 child again (the server rolled back the dead child's open transactions when its
 connections closed; the events after the last checkpoint are written again in
-safe mode). A child whose parent is gone sees the pipe close and exits; it
-ignores SIGINT (a Ctrl-C reaches the whole process group; the sink's ``close``
-stops its children).
+safe mode). A child dies with its parent: a thread of its own waits on a second
+pipe ("lifeline") the parent never writes, and its EOF — the parent killed,
+even by SIGKILL, or closed — ends the child at once with ``os._exit``, whatever
+its workers are doing; their connections close, the server rolls back their
+open transactions and frees their locks, and no worker commits after its
+drainer died (a restarted drainer reads the progress rows before it writes).
+A child ignores SIGINT (a Ctrl-C reaches the whole process group; the sink's
+``close`` stops its children).
 
 Children start with the ``spawn`` context: the sink's process has threads, and a
 plain ``fork`` of a threaded process may copy a held lock.
@@ -37,8 +42,10 @@ plain ``fork`` of a threaded process may copy a held lock.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing
+import os
 import signal
 import threading
 from collections.abc import Sequence
@@ -120,6 +127,7 @@ class WorkerSpec:
 
 # -- the child ------------------------------------------------------------------------------
 
+PARENT_GONE = 3  # a child's exit code when it saw the sink's process go
 COUNTERS = ("ROWS", "RETRIES", "DEADLOCKS")  # the metrics a worker adds to (drainer.sinks.mysql.metrics)
 HISTOGRAMS = ("STATEMENT_SECONDS", "BATCH_ROWS", "COMMIT_SECONDS")
 Recorded = list[tuple[str, tuple[str, ...], float]]  # (metric, labels, amount or observed value)
@@ -153,9 +161,23 @@ def _record(recorded: Recorded) -> None:
             target.observe(amount)
 
 
-def child_main(conn: Connection, numbers: tuple[int, ...], spec: WorkerSpec) -> None:
-    """A child's life: workers ``numbers`` as threads, fed from ``conn`` until stop or EOF."""
+def _watch_parent(lifeline: Connection) -> None:
+    """Exit at once when the sink's process is gone (its end of ``lifeline`` closes with it).
+
+    Nothing is ever sent on ``lifeline``: its EOF is the parent's death, seen even while the main
+    thread waits to hand a worker its units. ``os._exit`` closes the workers' connections without a
+    word, so the server rolls their open transactions back and releases their locks before a
+    restarted drainer reads the progress rows; no worker commits after its drainer died."""
+    with contextlib.suppress(EOFError, OSError):
+        lifeline.recv()
+    os._exit(PARENT_GONE)
+
+
+def child_main(conn: Connection, lifeline: Connection, numbers: tuple[int, ...], spec: WorkerSpec) -> None:
+    """A child's life: workers ``numbers`` as threads, fed from ``conn`` until stop; it ends at once
+    when the sink's process is gone (:func:`_watch_parent`)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the process group: the sink stops us
+    threading.Thread(target=_watch_parent, args=(lifeline,), name="parent-watch", daemon=True).start()
     logging.basicConfig(
         level=spec.log_level, format="%(asctime)s %(levelname)s %(name)s (worker process): %(message)s"
     )
@@ -183,7 +205,7 @@ def child_main(conn: Connection, numbers: tuple[int, ...], spec: WorkerSpec) -> 
             try:
                 message = conn.recv()
             except (EOFError, OSError):
-                return  # the sink's process is gone: roll back and exit
+                os._exit(PARENT_GONE)  # the sink's process is gone (see _watch_parent)
             if message[0] == "units":
                 workers[message[1]].give(unpack(message[2]))
             elif message[0] == "barrier":
@@ -228,6 +250,7 @@ class WorkerProcess:
         self.index, self.numbers, self.spec = index, tuple(numbers), spec
         self.error: SinkError | None = None  # set once the child is known dead
         self._conn: Connection | None = None
+        self._lifeline: Connection | None = None  # never written: the child's EOF when we are gone
         self._proc: BaseProcess | None = None
         self._waiting = False
 
@@ -244,15 +267,17 @@ class WorkerProcess:
     def start(self) -> None:
         context = multiprocessing.get_context("spawn")  # never fork: this process has threads
         mine, theirs = context.Pipe()
+        watched, lifeline = context.Pipe(duplex=False)
         proc = context.Process(
             target=child_main,
-            args=(theirs, self.numbers, self.spec),
+            args=(theirs, watched, self.numbers, self.spec),
             name=f"mysql-sink-workers-{self.index}",
             daemon=True,
         )
         proc.start()
         theirs.close()
-        self._conn, self._proc, self.error = mine, proc, None
+        watched.close()
+        self._conn, self._lifeline, self._proc, self.error = mine, lifeline, proc, None
         log.info(
             "mysql sink: worker process %d (pid %s) runs workers %s",
             self.index,
@@ -316,9 +341,10 @@ class WorkerProcess:
             if proc.is_alive():
                 proc.kill()
                 proc.join(5.0)
-        if conn is not None:
-            conn.close()
-        self._conn = None
+        for end in (conn, self._lifeline):
+            if end is not None:
+                end.close()
+        self._conn = self._lifeline = None
 
 
 def make_groups(worker_count: int, processes: int, spec: WorkerSpec) -> list[WorkerProcess]:

@@ -66,7 +66,7 @@ from bridge.sink.events import DDLEvent, Event, ResolvedEvent, TxnEvent
 from drainer.sinks.mysql import metrics, preflight, procs
 from drainer.sinks.mysql.batch import Op
 from drainer.sinks.mysql.causality import Causality, Key
-from drainer.sinks.mysql.config import MySQLSinkConfig
+from drainer.sinks.mysql.config import MySQLSinkConfig, usable_cores
 from drainer.sinks.mysql.connection import ConnectSettings, translate_error
 from drainer.sinks.mysql.control import DDL_WORKER, KEYLESS_WORKER, Control
 from drainer.sinks.mysql.translate import Table, Tables
@@ -94,6 +94,7 @@ class MySQLSink(Sink):
             config.sql_mode,
             config.foreign_key_checks,
         )
+        self.processes = config.processes()  # worker-processes, "auto" resolved
         self.cluster_id = 0  # keys the progress rows (from open)
         self._tables = Tables()
         self._pool = WorkerPool(config.batch_rows, config.batch_updates)
@@ -155,7 +156,7 @@ class MySQLSink(Sink):
             self._control.ddl.flavor,
             resume_ts,
             self.config.worker_count,
-            f"in {self.config.worker_processes} processes" if self.config.worker_processes else "threads",
+            self._where_workers(),
             self.config.safe_mode_duration,
             self._replay_high,
             self._keyless_done,
@@ -352,7 +353,7 @@ class MySQLSink(Sink):
                 stop=self._pool.stop,
             )
 
-        if not config.worker_processes:
+        if not self.processes:
             self._pool.start([worker(n) for n in [*range(config.worker_count), KEYLESS_WORKER]])
             return
         spec = procs.WorkerSpec(
@@ -365,10 +366,15 @@ class MySQLSink(Sink):
             logging.getLogger().getEffectiveLevel(),
             max(30.0, config.read_timeout),
         )
-        groups = procs.make_groups(config.worker_count, config.worker_processes, spec)
+        groups = procs.make_groups(config.worker_count, self.processes, spec)
         slots = {slot.number: slot for group in groups for slot in group.slots()}
         keyed: list[Slot] = [slots[n] for n in range(config.worker_count)]
         self._pool.start([*keyed, worker(KEYLESS_WORKER)], groups)
+
+    def _where_workers(self) -> str:
+        auto = self.config.worker_processes == "auto"
+        how = f' (worker-processes = "auto", {usable_cores()} cores)' if auto else ""
+        return (f"in {self.processes} processes" if self.processes else "threads") + how
 
     def _apply_ddl(self, event: DDLEvent) -> None:
         """Runs ``event`` once every worker committed; the old schema of an ALTER is the event's
