@@ -18,6 +18,7 @@ import pytest
 from bridge import binlog as B
 from bridge.proto import row_pb2
 from bridge.pumpclient import PumpsClient
+from bridge.tso import physical_ms
 from tests.support.capture_source import CaptureProcess, model_rows, replay, source_rows
 from tests.support.mariadb_instance import MariaDBInstance
 from tests.support.process import ChildProcess, free_port, run_cli, wait_until
@@ -294,4 +295,72 @@ def test_a_purged_position_stops_the_capture_unless_snapshot_is_when_needed(
     capture.wait_caught_up()
     model, _ = replay(cluster.meta_addr, [cluster.pump], since)
     assert model_rows(model, db, "t") == source_rows(cluster.source, db, "t")
+    assert capture.stop() == 0
+
+
+def _metric(text: str, name: str) -> float:
+    """The value of the unlabelled sample ``name`` in a Prometheus text exposition."""
+    for line in text.splitlines():
+        if line.startswith(f"{name} "):
+            return float(line.split()[1])
+    raise AssertionError(f"no sample {name} in the metrics")
+
+
+def test_filters_select_tables_and_status_reports_the_gtid_position_and_lag(
+    cluster: Cluster, tmp_path: Path, unique_name: str, captures: list[CaptureProcess]
+) -> None:
+    """``tables`` narrows ``databases``: rows and DDL of an unselected table of a captured database,
+    and of another database, are not written (not even inside a transaction that also changes a
+    selected table). ``/status`` and ``/metrics`` say where the capture is: the journaled GTID
+    position reaches the source's ``gtid_binlog_pos``, and the lag drops to 0 on the heartbeat."""
+    db, other = unique_name, f"{unique_name}_other"
+    create = "(id INT NOT NULL PRIMARY KEY, v INT)"
+    cluster.sql("", f"CREATE DATABASE `{db}`", f"CREATE DATABASE `{other}`",
+                f"CREATE TABLE `{db}`.kept {create}", f"CREATE TABLE `{db}`.skipped {create}",
+                f"CREATE TABLE `{other}`.kept {create}")  # fmt: skip
+    for target in (f"`{db}`.kept", f"`{db}`.skipped", f"`{other}`.kept"):
+        cluster.sql("", f"INSERT INTO {target} VALUES (1, 1), (2, 2), (3, 3)")
+    since = cluster.now()
+    capture = CaptureProcess(tmp_path, cluster.source, cluster.meta_addr, [db], extra=f'tables = ["{db}.kept"]')
+    captures.append(capture)
+    capture.start()
+    cluster.sql(
+        "",
+        "BEGIN",
+        f"UPDATE `{db}`.kept SET v = v + 10 WHERE id = 1",
+        f"UPDATE `{db}`.skipped SET v = v + 10",
+        f"UPDATE `{other}`.kept SET v = v + 10",
+        "COMMIT",
+        f"INSERT INTO `{other}`.kept VALUES (4, 4)",  # a transaction with nothing captured
+        f"ALTER TABLE `{db}`.skipped ADD COLUMN w INT",
+        f"INSERT INTO `{db}`.skipped VALUES (5, 5, 5)",
+        f"DELETE FROM `{db}`.kept WHERE id = 2",
+        f"INSERT INTO `{db}`.kept VALUES (6, 6)",
+    )
+    capture.wait_caught_up()
+    model, binlogs = replay(cluster.meta_addr, [cluster.pump], since)
+    assert {(s.db, s.table) for s in model.schemas.values()} == {(db, "kept")}
+    assert model_rows(model, db, "kept") == source_rows(cluster.source, db, "kept")
+    assert sorted(model_rows(model, db, "kept")) == [(1, 11), (3, 3), (6, 6)]
+    ddl = [B.read_schema_change(b) for b in binlogs if B.is_ddl(b)]
+    assert [(c.kind, c.table) for c in ddl] == [(Change.CREATE_TABLE, "kept")]  # the announcement only
+
+    conn = cluster.source.connect()
+    with conn.cursor() as cursor:
+        cursor.execute("SELECT @@gtid_binlog_pos")
+        (source_gtid,) = cursor.fetchone()
+    conn.close()
+
+    def at_the_source() -> bool:
+        status = capture.status()
+        return status["position"]["gtid"] == source_gtid and status["lag_seconds"] == 0
+
+    wait_until(at_the_source, timeout=60, what=f"the capture's journaled gtid to reach {source_gtid}")
+    status = capture.status()
+    assert status["state"] == "streaming"
+    assert status["position"]["flavor"] == "mariadb" and status["position"]["mode"] == "gtid"
+    metrics = capture.metrics()
+    assert _metric(metrics, "bridge_capture_lag_seconds") == 0
+    assert _metric(metrics, "bridge_capture_position_timestamp_seconds") >= physical_ms(since) // 1000
+    assert _metric(metrics, "bridge_capture_skipped_transactions_total") >= 1
     assert capture.stop() == 0
