@@ -321,7 +321,8 @@ def test_filters_select_tables_and_status_reports_the_gtid_position_and_lag(
     for target in (f"`{db}`.kept", f"`{db}`.skipped", f"`{other}`.kept"):
         cluster.sql("", f"INSERT INTO {target} VALUES (1, 1), (2, 2), (3, 3)")
     since = cluster.now()
-    capture = CaptureProcess(tmp_path, cluster.source, cluster.meta_addr, [db], extra=f'tables = ["{db}.kept"]')
+    only = f'tables = ["{db}.kept"]'
+    capture = CaptureProcess(tmp_path, cluster.source, cluster.meta_addr, [db], extra=only)
     captures.append(capture)
     capture.start()
     cluster.sql(
