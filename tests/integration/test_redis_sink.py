@@ -215,6 +215,27 @@ def test_stream_entries_read_by_xread_in_commit_order_with_trimming(harness: Har
     assert json.loads(fields[0]["keys"]) == [f"{p}:user:0", f"{p}:email:0@x"]
 
 
+def test_streams_are_trimmed_by_length_and_by_age(harness: Harness) -> None:
+    """``stream-maxlen`` (XADD MAXLEN ~) and ``stream-max-age`` (XADD MINID ~) trim whole stream
+    nodes: older entries go, the newest are always kept."""
+    p, users = harness.prefix, harness.users
+    by_length, by_age = f"{p}:by-length", f"{p}:by-age"
+    harness.open([
+        {"db": p, "table": "users", "modes": ["stream"], "stream": by_length, "stream-maxlen": 10},
+        {"db": p, "table": "users", "modes": ["stream"], "stream": by_age, "stream-max-age": "1h"},
+    ])  # fmt: skip
+    for n in range(300):  # entries from 1970, far older than an hour
+        harness.client.xadd(by_age, {"old": n}, id=f"{1000 + n}-0")
+    ts = [next_ts() for _ in range(1000)]
+    assert harness.apply([txn(t, [insert(users, n, None, None)]) for n, t in enumerate(ts)]) == ts[-1]
+    kept = [int(fields["commit_ts"]) for _, fields in harness.client.xrange(by_length)]
+    assert 10 <= len(kept) < 1000 and kept == ts[-len(kept) :]
+    aged = harness.client.xrange(by_age)
+    old = [entry_id for entry_id, fields in aged if "old" in fields]
+    assert len(old) < 300, "MINID trimmed no entry older than stream-max-age"
+    assert [int(fields["commit_ts"]) for _, fields in aged if "old" not in fields] == ts
+
+
 def test_upsert_writes_the_after_image_and_deletes_with_the_row(harness: Harness) -> None:
     p, users = harness.prefix, harness.users
     rules = [
@@ -324,6 +345,8 @@ def test_an_outage_fails_the_flush_and_the_rewritten_events_apply_after_it(
         with pytest.raises(SinkUnavailable, match=rf"checkpoint stays at commit_ts {first}") as raised:
             sink.flush()
         assert raised.value.retriable
+        errors = harness.registry.get_sample_value("bridge_sink_redis_errors_total", {"kind": "connection"})
+        assert errors is not None and errors >= 1
         server.start()
         harness.client = server.client()
         harness.client.set(f"{p}:user:2", "cached again while the drainer was down")
@@ -332,6 +355,34 @@ def test_an_outage_fails_the_flush_and_the_rewritten_events_apply_after_it(
         assert {k.decode() for k in harness.client.keys(f"{p}*")} == set()
     finally:
         sink.close()
+        server.kill()
+
+
+def test_unlink_off_deletes_with_del_and_the_metrics_count_what_redis_acknowledged(
+    tmp_path: Path, unique_name: str
+) -> None:
+    server = RedisServer(tmp_path / "redis")
+    server.start()
+    sink: RedisSink | None = None
+    try:
+        harness = Harness(server.url, unique_name, tmp_path)
+        p, users = harness.prefix, harness.users
+        sink = harness.open(user_rules(p), unlink=False)
+        harness.seed(*(f"{p}:user:{i}" for i in range(10)), *(f"{p}:email:{i}@x" for i in range(10)))
+        ts = next_ts()
+        assert harness.apply([txn(ts, [delete(users, i, f"{i}@x", None) for i in range(10)])]) == ts
+        assert harness.keys() == set()
+        stats = harness.client.info("commandstats")
+        assert "cmdstat_unlink" not in stats and stats["cmdstat_del"]["calls"] == 1  # one merged DEL
+        sample = harness.registry.get_sample_value
+        assert sample("bridge_sink_redis_commands_total", {"command": "DEL"}) == 1
+        assert sample("bridge_sink_redis_keys_total", {"mode": "invalidate"}) == 20
+        assert sample("bridge_sink_redis_pipeline_seconds_count") == 1
+        assert sample("bridge_sink_redis_pipeline_commands_sum") == 1
+        assert sample("bridge_sink_redis_durable_ts") == ts
+    finally:
+        if sink is not None:
+            sink.close()
         server.kill()
 
 
