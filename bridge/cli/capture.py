@@ -9,11 +9,11 @@ SIGTERM/SIGINT stop after the transaction being written.
 from __future__ import annotations
 
 import argparse
-import signal
 from pathlib import Path
 from typing import Any
 
 from bridge import config as bridge_config
+from bridge.startup import signal_handlers
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -43,9 +43,5 @@ def run(args: argparse.Namespace) -> int:
     }
     app = CaptureApp(bridge_config.load(CaptureFile, args.config, overrides))
 
-    def on_signal(signum: int, frame: object) -> None:
-        app.stop()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    return app.run()
+    with signal_handlers(lambda _signum, _frame: app.stop()):
+        return app.run()
