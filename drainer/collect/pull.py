@@ -26,7 +26,6 @@ only the payload, which is enough.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Iterator
@@ -41,6 +40,7 @@ from bridge.binlog import Binlog, BinlogType
 from bridge.errors import ProtocolError
 from bridge.grpcutil import DEFAULT_MAX_MESSAGE_BYTES, SecurityConfig, aio_channel
 from bridge.proto import pump_pb2
+from bridge.retry import Backoff
 from drainer import metrics
 from drainer.collect.merger import MergeFeed, PulledItem, PulledTxn
 
@@ -285,7 +285,7 @@ class PumpPuller:
         return self.status.addr
 
     async def run(self) -> None:
-        backoff = INITIAL_BACKOFF
+        backoff = Backoff(INITIAL_BACKOFF, MAX_BACKOFF)
         channel = aio_channel(self.addr, self._security, self._max_message_bytes)
         try:
             # Stream messages come raw: message_items reads them (see there why).
@@ -298,13 +298,12 @@ class PumpPuller:
                 after = self._feed.position(self.name)
                 try:
                     if await self._pull(pull, after):
-                        backoff = INITIAL_BACKOFF
+                        backoff.reset()
                 except grpc.aio.AioRpcError as exc:
                     self._failed(f"{exc.code().name}: {exc.details() or 'no details'}", after)
                 else:
                     self._failed("the pump ended the stream", after)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, MAX_BACKOFF)
+                await backoff.sleep()
         finally:
             self.status.connected = False
             await channel.close()
