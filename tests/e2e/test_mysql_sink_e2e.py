@@ -33,6 +33,8 @@ from bridge.dsn import Dsn, parse_dsn
 from bridge.producer import TxnWriter, open_upstream
 from bridge.pumpclient import PumpsClient
 from tests.e2e.test_pipeline import wait_for, wait_for_transactions
+from tests.e2e.test_relay_recovery import worker_process_pids
+from tests.integration.test_mysql_worker_processes import wait_gone
 from tests.support.mariadb_instance import MariaDBInstance
 
 pytestmark = [pytest.mark.mysql, pytest.mark.timeout(300)]
@@ -44,7 +46,9 @@ HANG_GUARD = 180.0
 # No safe-mode window after a start (its default, 60 s, would cover each test whole): changes are
 # applied in normal mode, and replays after a kill or an outage rely on the sink's own record of
 # what it applied (safe mode only up to that) - the steady state, and the harder case.
+# worker-processes: 0 (threads) unless a test says otherwise, whatever "auto" would pick here.
 SINK_SETTINGS = {"worker-count": 16, "batch-rows": 500, "txn-rows": 4096, "safe-mode-duration": "0s"}
+SINK_SETTINGS["worker-processes"] = 0
 # every transaction kind; swaps and rekeys more often than by default
 LOAD_FLAGS = ["--concurrency", "4", "--ddl-interval", "0.5", "--mix", "swap=15,rekey=10,large=2"]
 LOAD_FLAGS += ["--large-size", "300"]
@@ -197,7 +201,8 @@ def test_load_with_ddl_key_changes_swaps_and_a_keyless_table(pipeline: Pipeline)
 
 def kill_drainer_repeatedly(times: int, seed: int = 3) -> Fault:
     """SIGKILL the drainer ``times`` times while the load runs: each time once it has restarted
-    and moved its checkpoint on (so it was applying), after a random extra moment."""
+    and moved its checkpoint on (so it was applying), after a random extra moment. The sink's
+    worker processes (``worker-processes`` > 0) must be gone before the drainer starts again."""
     rng = random.Random(seed)
 
     def fault(cluster: Cluster, load: LoadProcess) -> None:
@@ -209,6 +214,7 @@ def kill_drainer_repeatedly(times: int, seed: int = 3) -> Fault:
             assert load.running, "the load ended before the faults did; give it more --seconds"
             seen = checkpoint_ts(cluster)
             cluster.kill("drainer")
+            wait_gone(worker_process_pids(cluster.members["drainer"].process.output()), "worker processes")
             cluster.restart("drainer")
 
     return fault
@@ -222,6 +228,20 @@ def test_drainer_sigkilled_ten_times_during_the_load(pipeline: Pipeline) -> None
     assert drainer.starts == 11
     log = drainer.log_path.read_text(encoding="utf-8", errors="replace")  # every start's output
     assert log.count(": resuming after commit_ts ") == 10, drainer.tail()  # from the downstream's checkpoint
+    assert_replicated(pipeline)
+
+
+@pytest.mark.slow
+def test_drainer_with_worker_processes_sigkilled_during_the_load(pipeline: Pipeline) -> None:
+    """The keyed workers in two child processes of the drainer: each SIGKILL of the drainer ends
+    its children too (no worker of a dead drainer applies or commits anything), and the drainer
+    restarted from its checkpoint ends equal."""
+    cluster = pipeline.start(**{"worker-processes": 2})
+    run_load(pipeline, seconds=30, fault=kill_drainer_repeatedly(3))
+    drainer = cluster.members["drainer"].process
+    assert drainer.starts == 4
+    log = drainer.log_path.read_text(encoding="utf-8", errors="replace")  # every start's output
+    assert len(worker_process_pids(log)) == 2 * 4, drainer.tail()
     assert_replicated(pipeline)
 
 
@@ -241,7 +261,7 @@ def downstream_down_for(seconds: float, downstream: MariaDBInstance) -> Fault:
 
 @pytest.mark.slow
 def test_downstream_stopped_for_30_seconds_only_delays_replication(pipeline: Pipeline) -> None:
-    cluster = pipeline.start()
+    cluster = pipeline.start(**{"worker-processes": 2})  # the keyed workers' retries in two children
     run_load(pipeline, seconds=150, fault=downstream_down_for(30, pipeline.downstream))
     drainer = cluster.members["drainer"].process
     assert drainer.starts == 1
