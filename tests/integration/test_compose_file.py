@@ -214,3 +214,71 @@ def test_the_dashboard_reads_the_provisioned_data_source() -> None:
     assert all(t["datasource"]["uid"] == uid and t["expr"] for p in queried for t in p["targets"])
     grafana = load(COMPOSE, SAMPLE_ENV, ALL_PROFILES).services["grafana"].environment
     assert grafana["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"].endswith(f"/{dashboard['uid']}.json")
+
+
+# `docker compose` options that take a value, before and after the sub-command.
+_VALUED = {"--profile", "-f", "--file", "--env-file", "-p", "--project-name", "--scale", "-e", "--env", "-u",
+           "--user", "-w", "--workdir", "--index"}  # fmt: skip
+
+
+def _docs_compose_commands() -> list[tuple[str, str, list[str]]]:
+    """``(where, sub-command, arguments)`` of every ``docker compose`` in the sh blocks of the Docker docs."""
+    found = []
+    for doc in (ROOT / "README.md", ROOT / "docs" / "docker.md"):
+        blocks = re.findall(r"^```(?:sh|bash)\n(.*?)^```", doc.read_text(), re.M | re.S)
+        lines = [line for block in blocks for line in block.replace("\\\n", " ").splitlines()]
+        for command in (c for line in lines for c in simple_commands(["sh", "-c", line])):
+            if command[:2] != ["docker", "compose"]:
+                continue
+            words = command[2:]
+            while words and words[0].startswith("-"):
+                words = words[2:] if words[0] in _VALUED else words[1:]
+            found.append((f"{doc.name}: {' '.join(command)}", words[0], words[1:]))
+    return found
+
+
+def _positionals(arguments: list[str]) -> list[str]:
+    words, skip = [], False
+    for word in arguments:
+        if skip:
+            skip = False
+        elif word.startswith("-"):
+            skip = word in _VALUED
+        else:
+            words.append(word)
+    return words
+
+
+def test_the_docs_docker_compose_commands_name_services_of_the_file(compose: ComposeFile) -> None:
+    """README's and docs/docker.md's ``docker compose`` commands: every service they name is one of
+    the file; ``exec`` goes to a long-running service, and into ours with a program of the venv."""
+    commands = _docs_compose_commands()
+    execs = 0
+    for where, sub, arguments in commands:
+        names = _positionals(arguments)
+        services = names[:1] if sub == "exec" else names
+        for name in services:
+            assert name in compose.services, f"{where}: no service {name}"
+        if sub == "exec":
+            service = compose.services[names[0]]
+            assert not service.one_shot, f"{where}: {service.name} has exited by then"
+            program = names[1]
+            if service.is_project:
+                assert (Path(sys.executable).parent / program).exists(), (
+                    f"{where}: {program} not in the image"
+                )
+            execs += 1
+    assert {sub for _, sub, _ in commands} >= {"up", "wait", "logs", "exec", "down"}
+    assert execs >= 5
+
+
+def test_the_readme_names_exactly_the_published_ports(compose: ComposeFile) -> None:
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Run the full system with Docker", 1)[1].split("\n## ", 1)[0]
+    named = {int(port) for port in re.findall(r"127\.0\.0\.1:(\d+)", section)}
+    published = {
+        int(str(port).split(":")[1])
+        for service in compose.services.values()
+        for port in service.spec.get("ports", [])
+    }
+    assert named == published
