@@ -33,8 +33,10 @@ from dataclasses import dataclass
 from hashlib import blake2b
 from typing import Any
 
+import orjson
+
 Version = tuple[int, int]
-_loads = json.JSONDecoder().decode
+_loads = orjson.loads  # the change rows' JSON texts: ~4x the standard library's decoder
 FLOOR_KINDS = frozenset({"DROP_TABLE", "TRUNCATE_TABLE", "DROP_DATABASE", "RENAME_TABLE"})
 ROW_OPS = frozenset({"c", "r", "u", "d"})
 
