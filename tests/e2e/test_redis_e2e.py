@@ -27,9 +27,10 @@ practice, and such a key would be listed by name in the failure.
 Key templates: every keyed table by its primary key (a ``/regex/`` table pattern; the keyless
 load_events is skipped), load_slots also by its unique ``slot``, load_accounts also by id and the
 nullable ``region`` (NULL renders as the null token). The drainer SIGKILL and the Redis outage
-tests use a private redis-server each (the outage one with an append-only file, so the keys
-written before survive the restart); the others share the suite's Redis (and Redis Cluster) under
-a key prefix of their own. Timeouts are hang guards only.
+tests use a private redis-server each (the outage one SIGKILLs it and keeps it down for 20 s;
+its append-only file, fsynced on every write, keeps the keys written before across the restart);
+the others share the suite's Redis (and Redis Cluster) under a key prefix of their own.
+Timeouts are hang guards only.
 """
 
 from __future__ import annotations
@@ -205,7 +206,10 @@ class RedisPipeline:
         assert not stale, f"{len(stale)} keys of changed rows survived, e.g. {stale[:10]}"
         assert not lost, f"{len(lost)} keys of untouched rows are gone, e.g. {lost[:10]}"
         assert actual == expected, f"unexpected keys: {sorted(actual - expected)[:10]}"
-        assert len(self.written & gone) > 100 and len(expected) > 100, (
+        # both sides of the property must have been exercised: a 40 s load on a loaded machine
+        # touches every shared account and leaves only the first load's own rows untouched (53
+        # keys of 562 in one run), so the floor on the untouched side is lower
+        assert len(self.written & gone) > 100 and len(expected) > 20, (
             len(self.written & gone),
             len(expected),
         )
@@ -346,8 +350,8 @@ def test_drainer_sigkilled_mid_load_still_invalidates_exactly(
 def redis_down_for(seconds: float, server: RedisServer) -> Fault:
     def fault(cluster: Cluster, load: LoadProcess) -> None:
         wait_for_transactions(cluster, load, 60)
-        server.stop()
-        time.sleep(seconds)  # the load and the pumps go on; the drainer waits and retries
+        server.kill()  # SIGKILL: connections drop mid-pipeline; the append-only file (fsync always) keeps
+        time.sleep(seconds)  # what was acknowledged. The load and the pumps go on; the drainer retries
         cluster.check()  # the drainer still runs
         server.start()
         before = load.progress()
