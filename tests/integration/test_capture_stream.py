@@ -365,3 +365,32 @@ def test_filters_select_tables_and_status_reports_the_gtid_position_and_lag(
     assert _metric(metrics, "bridge_capture_position_timestamp_seconds") >= physical_ms(since) // 1000
     assert _metric(metrics, "bridge_capture_skipped_transactions_total") >= 1
     assert capture.stop() == 0
+
+
+def test_file_positions_resume_exactly_after_a_sigkill(
+    cluster: Cluster, tmp_path: Path, unique_name: str, captures: list[CaptureProcess]
+) -> None:
+    """``position = "file"``: the journal holds binlog file and offset (no GTID used); a capture
+    SIGKILLed between transactions resumes there, without losing or repeating one (the model
+    refuses an insert over a live key)."""
+    db = unique_name
+    cluster.sql("", f"CREATE DATABASE `{db}`", f"CREATE TABLE `{db}`.t (id INT PRIMARY KEY, v INT)")
+    cluster.sql(db, "INSERT INTO t VALUES (1, 1), (2, 2)")
+    since = cluster.now()
+    capture = CaptureProcess(tmp_path, cluster.source, cluster.meta_addr, [db], extra='position = "file"')
+    captures.append(capture)
+    capture.start()
+    cluster.sql(db, "INSERT INTO t VALUES (3, 3)", "UPDATE t SET v = 20 WHERE id = 2")
+    capture.wait_caught_up()
+    position = capture.status()["position"]
+    assert position["mode"] == "file" and position["file"] and position["offset"] > 0
+    capture.kill()
+    cluster.sql(db, "FLUSH BINARY LOGS", "INSERT INTO t VALUES (4, 4)", "DELETE FROM t WHERE id = 1")
+    capture.start()
+    cluster.sql(db, "UPDATE t SET v = 30 WHERE id = 3")
+    capture.wait_caught_up()
+    assert capture.status()["position"]["file"] > position["file"]  # followed the rotation
+    model, _ = replay(cluster.meta_addr, [cluster.pump], since)
+    assert model_rows(model, db, "t") == source_rows(cluster.source, db, "t")
+    assert sorted(model_rows(model, db, "t")) == [(2, 20), (3, 30), (4, 4)]
+    assert capture.stop() == 0
