@@ -183,6 +183,39 @@ class RowCodec:
             raise ProtocolError(f"{label}: invalid value in the row image: {exc}") from None
         return tuple(out)
 
+    def decode_sparse(self, data: bytes, positions: Sequence[int]) -> list[object]:
+        """One entry per column, only those at ``positions`` decoded (as :meth:`decode` gives them),
+        the others None: what a caller that needs a few columns (say, the keys) pays for.
+
+        The whole row is still parsed and checked as :meth:`decode` checks it, except the datums
+        of the columns not asked for.
+        """
+        try:
+            row = _Row.FromString(data)
+        except DecodeError as exc:
+            raise ProtocolError(f"table {self._table}: row image is not a bridge.row.Row: {exc}") from None
+        datums: Sequence[Any] = row.values
+        if not (data.startswith(self._header) and len(row.column_ids) == len(self._ids)):
+            datums = self._in_schema_order(row)
+        elif len(datums) != len(self._ids):
+            raise ProtocolError(f"table {self._table}: row has {len(datums)} values for {len(self._ids)} ids")
+        out: list[object] = [None] * len(self._ids)
+        for i in positions:
+            datum, kind, convert = datums[i], self._kinds[i], self._converters[i]
+            got = datum.WhichOneof("value")
+            try:
+                if got == kind:
+                    value = getattr(datum, kind)
+                    out[i] = value if convert is None else convert(value)
+                    continue
+            except (ValueError, ArithmeticError) as exc:
+                raise ProtocolError(f"{self._labels[i]}: invalid value in the row image: {exc}") from None
+            if not (got == "is_null" and self._nullable[i] and datum.is_null):
+                raise ProtocolError(
+                    f"{self._labels[i]}: expected {kind} in the row image, found {got or 'no value'}"
+                )
+        return out
+
     def decode_named(self, data: bytes) -> dict[str, object]:
         """Like :meth:`decode`, keyed by column name."""
         return dict(zip(self._names, self.decode(data), strict=True))

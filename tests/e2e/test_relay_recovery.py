@@ -15,6 +15,7 @@ releases the lock. The checkpoint is then below the final commit_ts (asserted).
 from __future__ import annotations
 
 import logging
+import re
 import subprocess
 import threading
 import time
@@ -38,6 +39,7 @@ from tests.e2e.test_pipeline import (
     run_load,
     wait_for,
 )
+from tests.integration.test_mysql_worker_processes import wait_gone
 from tests.support.mariadb_instance import MariaDBInstance
 from tests.support.process import wait_until
 
@@ -57,6 +59,11 @@ __all__ = ["mysql_upstream"]  # a fixture of tests/e2e/test_pipeline.py, used he
 def upstream_db(mysql_upstream: Dsn) -> Dsn:
     """A database of its own on the shared MariaDB (the upstream), dropped afterwards."""
     return mysql_upstream
+
+
+def worker_process_pids(log_text: str) -> list[int]:
+    """The pids of the MySQL sink's worker processes its drainer logged (every start's)."""
+    return [int(pid) for pid in re.findall(r"mysql sink: worker process \d+ \(pid (\d+)\)", log_text)]
 
 
 def checkpoint_row(downstream: MariaDBInstance, schema: str, cluster_id: int) -> tuple[int, int]:
@@ -97,12 +104,23 @@ def relayed_ts(cluster: Cluster) -> int:
 def test_sigkill_mid_batch_with_pumps_gone_recovers_from_the_relay_log(
     tmp_path: Path, upstream_db: Dsn, downstream_mysql: MariaDBInstance, unique_name: str
 ) -> None:
+    processes = 2
     upstream = mysql_text(upstream_db)
     db = upstream_db.database
     checkpoint_schema = f"ck_{unique_name}"
     settings: dict[str, Any] = {
         # Workers commit every 200 changes: part of the last transaction becomes visible downstream.
-        "sink": {"mysql": {"dsn": downstream_mysql.dsn, "worker-count": 4, "txn-rows": 200}},
+        # The keyed workers run in two children of the drainer (worker-processes): the one waiting
+        # for the lock below must die with the drainer. (A SIGKILL of a drainer whose workers are
+        # threads kills them with it: tests/e2e/test_mysql_sink_e2e.py kills such a drainer.)
+        "sink": {
+            "mysql": {
+                "dsn": downstream_mysql.dsn,
+                "worker-count": 4,
+                "txn-rows": 200,
+                "worker-processes": processes,
+            }
+        },
         "checkpoint": {"type": "mysql", "schema": checkpoint_schema},
         "relay": {"dir": "relay", "max-file-size": 16 << 10},  # several files above the checkpoint
         # Checkpoints only after DDLs and at stop: the relay then holds many events above it.
@@ -161,7 +179,12 @@ def test_sigkill_mid_batch_with_pumps_gone_recovers_from_the_relay_log(
             "part of the last transaction committed downstream",
             cluster,
         )
+        children = worker_process_pids(cluster.members[DRAINER].process.output())
+        assert len(children) == processes
         cluster.kill(DRAINER)
+        # The children die with the drainer, before the lock they wait for is released: none of
+        # them can apply or commit anything after it.
+        wait_gone(children, "the drainer's worker processes")
         for name in [*cluster.pump_names, "meta"]:
             cluster.kill(name)
         lock_conn.rollback()

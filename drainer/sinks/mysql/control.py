@@ -10,12 +10,18 @@ autocommit and idles between DDLs, so it is pinged before each use.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
-from drainer.sinks.mysql.connection import ConnectSettings, close_quietly
+from bridge.proto import row_pb2
+from bridge.sink.errors import SinkApplyError, SinkError
+from bridge.sink.events import DDLEvent
+from drainer.sinks.mysql.connection import ConnectSettings, close_quietly, translate_error
 from drainer.sinks.sql.mysql_ddl import MySQLDDL, quote
 
+log = logging.getLogger(__name__)
+Change = row_pb2.SchemaChange
 KEYLESS_WORKER = -1  # progress row of the keyless path
 DDL_WORKER = -2  # progress row of DDLs
 
@@ -104,3 +110,38 @@ class Control:
             else:
                 keyed = max(keyed, int(commit_ts))
         return Progress(keyless, ddl, keyed)
+
+    def run_ddl(
+        self, event: DDLEvent, cluster_id: int, errors: tuple[type[BaseException], ...]
+    ) -> SinkError | None:
+        """Run ``event``'s statements and record it as progress; the retriable error it met (the
+        connection dropped), else None. Raises :class:`SinkApplyError` when the downstream refuses it."""
+        change = event.change
+        where = (
+            f"mysql sink: DDL at commit_ts {event.commit_ts} ({Change.Kind.Name(change.kind)} "
+            f"{change.db}{'.' + change.table if change.table else ''})"
+        )
+        hint = (
+            f"; to skip it, fix the downstream by hand and add {event.commit_ts} to the drainer's "
+            "ignore-txn-commit-ts"
+        )
+        old = event.before if change.kind == Change.ALTER_TABLE else None
+        try:
+            statements = self.ddl.plan(change, old)
+        except ValueError as exc:
+            raise SinkApplyError(f"{where}: {exc}{hint}") from exc
+        statement = ""
+        try:
+            conn = self.conn(errors)
+            with conn.cursor() as cur:
+                for statement in statements:
+                    cur.execute(statement)
+                cur.execute(self.progress_sql(), (cluster_id, DDL_WORKER, event.commit_ts, 0))
+        except errors as exc:
+            self.drop()
+            error = translate_error(exc, where, statement.split("(", 1)[0][:200])
+            if not error.retriable:
+                raise SinkApplyError(f"{error}{hint}") from exc
+            return error
+        log.info("mysql sink: DDL at commit_ts %d applied: %s", event.commit_ts, "; ".join(statements)[:300])
+        return None

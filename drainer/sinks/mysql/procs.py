@@ -4,15 +4,22 @@ pymysql is pure Python: in one process every worker's client work (sending
 statement text, parsing answers) shares one GIL with the dispatcher. With
 ``worker-processes = N`` the keyed workers (numbers ``0..worker-count-1``) run in
 N child processes instead, worker ``w`` in process ``w % N``; the keyless worker
-and the dispatcher (decoding, causality, planning) stay in the sink's process.
+and the dispatcher (reading the key columns, causality) stay in the sink's process,
+decoding the rows and planning the statements move to the children.
 
 Each child runs the same :class:`~drainer.sinks.mysql.workers.Worker` threads
 the in-process path runs (retries, deadlock handling, progress rows and error
 translation are that code), fed by one reader thread from a pipe:
 
+- ``("rows", number, ops)``: a worker's row changes as the row codec's bytes
+  (:mod:`drainer.sinks.mysql.wire`: the child decodes and plans them, in that
+  worker's thread), after ``("table", n, schema)`` announced each table once
+  (``("forget", below)`` drops old ones);
 - ``("units", number, wire)``: a worker's planned units in a compact form
   (:func:`pack`: statement text, counts and positions as tuples of str and
-  int; no events, no table objects);
+  int; no events, no table objects), for events that came decoded (no
+  :meth:`raw` on their decoder: not built by the drainer's
+  :class:`~drainer.sync.builder.EventBuilder`);
 - ``("barrier", action)``: every worker of the child commits (or rolls back)
   what it holds; the child answers ``("done", errors, recorded)`` once all did,
   errors as (class name, message) and what its workers added to the metrics
@@ -56,9 +63,10 @@ from typing import Any, NamedTuple, cast
 
 from bridge.sink.errors import SinkApplyError, SinkError, SinkUnavailable
 from drainer.sinks.mysql import metrics
-from drainer.sinks.mysql.batch import Batch, Unit
+from drainer.sinks.mysql.batch import Batch, Op, Unit, units
 from drainer.sinks.mysql.connection import ConnectSettings
 from drainer.sinks.mysql.translate import TableWriter
+from drainer.sinks.mysql.wire import ChildTables
 from drainer.sinks.mysql.workers import Barrier, Worker
 
 log = logging.getLogger(__name__)
@@ -123,6 +131,7 @@ class WorkerSpec:
     retry_max: float
     log_level: int
     join_timeout: float
+    batch_updates: bool = True
 
 
 # -- the child ------------------------------------------------------------------------------
@@ -185,6 +194,7 @@ def child_main(conn: Connection, lifeline: Connection, numbers: tuple[int, ...],
     for name in (*COUNTERS, *HISTOGRAMS):
         setattr(metrics, name, _Recorder(name, recorded))  # this process's metrics are never served
     stop = threading.Event()
+    tables = ChildTables()
     workers = {
         number: Worker(
             number,
@@ -206,8 +216,14 @@ def child_main(conn: Connection, lifeline: Connection, numbers: tuple[int, ...],
                 message = conn.recv()
             except (EOFError, OSError):
                 os._exit(PARENT_GONE)  # the sink's process is gone (see _watch_parent)
-            if message[0] == "units":
+            if message[0] == "rows":
+                workers[message[1]].give(tables.plan(message[2], spec.batch_rows, spec.batch_updates))
+            elif message[0] == "units":
                 workers[message[1]].give(unpack(message[2]))
+            elif message[0] == "table":
+                tables.add(message[1], message[2])
+            elif message[0] == "forget":
+                tables.forget(message[1])
             elif message[0] == "barrier":
                 barrier = Barrier(message[1], len(workers))
                 for worker in workers.values():
@@ -239,8 +255,20 @@ class RemoteWorker:
     def error(self) -> SinkError | None:
         return self.group.error
 
-    def give(self, planned: list[Unit]) -> None:
-        self.group.send(("units", self.number, pack(planned)))
+    def take(self, buffer: list[Any]) -> None:
+        """``buffer`` in dispatch order: runs of wire ops as they are (the child plans them), runs
+        of :class:`Op` (events that came decoded) planned here."""
+        spec = self.group.spec
+        start = 0
+        for end in range(1, len(buffer) + 1):
+            if end == len(buffer) or type(buffer[end]) is not type(buffer[start]):
+                run = buffer[start:end]
+                if isinstance(run[0], Op):
+                    planned = units(run, spec.batch_rows, spec.batch_updates)
+                    self.group.send(("units", self.number, pack(planned)))
+                else:
+                    self.group.send(("rows", self.number, run))
+                start = end
 
 
 class WorkerProcess:
@@ -292,6 +320,13 @@ class WorkerProcess:
             self._conn.send(message)
         except (OSError, ValueError):
             self._died()
+
+    def announce(self, number: int, schema: bytes) -> None:
+        """Table ``number`` (its TableSchema bytes), before any row of it is sent."""
+        self.send(("table", number, schema))
+
+    def forget(self, below: int) -> None:
+        self.send(("forget", below))
 
     def begin(self, action: str) -> None:
         self.send(("barrier", action))

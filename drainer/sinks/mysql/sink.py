@@ -54,27 +54,31 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bridge.config import build
+from bridge.errors import ProtocolError
 from bridge.proto import row_pb2
 from bridge.sink.contract import Sink, SinkContext
-from bridge.sink.errors import SinkApplyError, SinkError, SinkUnavailable
+from bridge.sink.errors import SinkError, SinkUnavailable
 from bridge.sink.events import DDLEvent, Event, ResolvedEvent, TxnEvent
 from drainer.sinks.mysql import metrics, preflight, procs
 from drainer.sinks.mysql.batch import Op
 from drainer.sinks.mysql.causality import Causality, Key
 from drainer.sinks.mysql.config import MySQLSinkConfig, usable_cores
 from drainer.sinks.mysql.connection import ConnectSettings, translate_error
-from drainer.sinks.mysql.control import DDL_WORKER, KEYLESS_WORKER, Control
+from drainer.sinks.mysql.control import KEYLESS_WORKER, Control
 from drainer.sinks.mysql.translate import Table, Tables
+from drainer.sinks.mysql.wire import WireOp, sparse_keys, unfit
 from drainer.sinks.mysql.workers import DB_ERRORS, Slot, Worker, WorkerPool
+
+if TYPE_CHECKING:
+    from drainer.sync.builder import RawChange
 
 log = logging.getLogger(__name__)
 
-Change = row_pb2.SchemaChange
 
 
 class MySQLSink(Sink):
@@ -97,6 +101,7 @@ class MySQLSink(Sink):
         self.processes = config.processes()  # worker-processes, "auto" resolved
         self.cluster_id = 0  # keys the progress rows (from open)
         self._tables = Tables()
+        self._announced = 0  # the highest Table.number announced to the worker processes
         self._pool = WorkerPool(config.batch_rows, config.batch_updates)
         self._causality = Causality(config.worker_count)
         self._max_keys = max(1 << 18, config.worker_count * config.txn_rows * 4)
@@ -147,6 +152,7 @@ class MySQLSink(Sink):
             )
         self._committed = self._complete = self._dispatched_high = start
         self._safe_until = time.monotonic() + self.config.safe_mode_duration
+        self._tables.clear()  # new workers: every table is announced to new worker processes again
         self._start_workers()
         self._opened = True
         log.info(
@@ -219,13 +225,13 @@ class MySQLSink(Sink):
         )
 
     def _dispatch(self, event: TxnEvent) -> None:
+        raw = getattr(event.decode, "raw", None) if self.processes else None
+        if raw is not None:  # keyed rows go to the worker processes undecoded
+            self._dispatch_raw(event, raw)
+            return
         commit_ts = event.commit_ts
-        safe = self._safe(commit_ts)
-        self._dispatched_high = max(self._dispatched_high, commit_ts)
-        metrics.SAFE_MODE.set(1 if safe else 0)
-        causality, buffers = self._causality, self._pool.buffers
-        handoff = self.config.batch_rows
-        keyless_worker = len(buffers) - 1
+        safe = self._begin_txn(commit_ts)
+        keyless_worker = len(self._pool.buffers) - 1
         keyless_done = self._keyless_done
         seq = 0
         schema: row_pb2.TableSchema | None = None
@@ -235,7 +241,7 @@ class MySQLSink(Sink):
         for change in event.changes():
             if change.table is not schema:
                 schema = change.table
-                table = self._tables.get(schema)
+                table = self._table(schema)
                 serial = table.keys.serial if self.config.serial_unique_tables else None
             assert table is not None
             if not table.writer.keyed:
@@ -247,26 +253,106 @@ class MySQLSink(Sink):
                 op = Op(change.kind, table.writer, change.before, change.after, commit_ts, False, seq)
             else:
                 keys = table.keys.keys(change.before, change.after)
-                route = keys if serial is None else (serial, *keys)  # see causality: one worker per table
-                routed = causality.route(route)
+                routed = self._route(keys if serial is None else (serial, *keys))  # causality: serial
                 if routed is None:
-                    self.conflict_flushes += 1
-                    if not self._barrier("conflict"):
-                        return
-                    routed = causality.route(route)
-                    assert routed is not None
+                    return
                 target = routed
                 op = Op(change.kind, table.writer, change.before, change.after, commit_ts, safe, 0, keys)
-            buffer = buffers[target]
-            buffer.append(op)
+            if not self._buffer(target, op):
+                return
             dispatched += 1
-            if len(buffer) >= handoff:
-                self._handoff(target)
-                if self._failure is not None:
-                    return
-                if len(causality) > self._max_keys and not self._barrier("keys"):
-                    return
         self.rows_dispatched += dispatched
+
+    def _dispatch_raw(self, event: TxnEvent, raw: Callable[[], Iterator[RawChange]]) -> None:
+        """:meth:`_dispatch` for worker processes: a keyed row is routed by its key columns alone
+        and buffered as a :data:`~drainer.sinks.mysql.wire.WireOp` (its images as the codec's
+        bytes); the children decode and plan it. Keyless rows are decoded here, as there."""
+        commit_ts = event.commit_ts
+        safe = self._begin_txn(commit_ts)
+        keyless_worker = len(self._pool.buffers) - 1
+        keyless_done = self._keyless_done
+        seq = 0
+        schema: row_pb2.TableSchema | None = None
+        table: Table | None = None
+        serial: Key | None = None
+        dispatched = 0
+        try:
+            for kind, codec, before, after in raw():
+                if codec.schema is not schema:
+                    schema = codec.schema
+                    table = self._table(schema)
+                    serial = table.keys.serial if self.config.serial_unique_tables else None
+                assert table is not None
+                item: Op | WireOp
+                if not table.writer.keyed:
+                    seq += 1
+                    if (commit_ts, seq) <= keyless_done:
+                        metrics.SKIPPED.labels("keyless_row").inc()
+                        continue
+                    target = keyless_worker
+                    old = None if before is None else codec.decode(before)
+                    new = None if after is None else codec.decode(after)
+                    item = Op(kind, table.writer, old, new, commit_ts, False, seq)
+                else:
+                    keys = sparse_keys(table, codec, before, after)
+                    routed = self._route(keys if serial is None else (serial, *keys))
+                    if routed is None:
+                        return
+                    target = routed
+                    item = (table.number, kind, before, after, commit_ts, safe)
+                if not self._buffer(target, item):
+                    return
+                dispatched += 1
+        except ProtocolError as exc:
+            raise ProtocolError(unfit(commit_ts, exc)) from None
+        self.rows_dispatched += dispatched
+
+    def _begin_txn(self, commit_ts: int) -> bool:
+        """Note a transaction's dispatch; whether it is written in safe mode."""
+        safe = self._safe(commit_ts)
+        self._dispatched_high = max(self._dispatched_high, commit_ts)
+        metrics.SAFE_MODE.set(1 if safe else 0)
+        return safe
+
+    def _table(self, schema: row_pb2.TableSchema) -> Table:
+        """The :class:`Table` of ``schema``; a new one is announced to the worker processes."""
+        table = self._tables.get(schema)
+        if table.number > self._announced:
+            self._announced = table.number
+            data = schema.SerializeToString() if self._pool.groups else b""
+            for group in self._pool.groups:
+                group.announce(table.number, data)
+        return table
+
+    def _forget_tables(self) -> None:
+        """Every :class:`Table` made so far is dropped, here and in the worker processes."""
+        self._tables.clear()
+        for group in self._pool.groups:
+            group.forget(self._tables.numbered + 1)
+
+    def _route(self, route: Sequence[Key]) -> int | None:
+        """The worker for a change with keys ``route``, after a flush of all on a conflict; None
+        when that flush failed (``_failure`` set)."""
+        routed = self._causality.route(route)
+        if routed is None:
+            self.conflict_flushes += 1
+            if not self._barrier("conflict"):
+                return None
+            routed = self._causality.route(route)
+            assert routed is not None
+        return routed
+
+    def _buffer(self, target: int, item: Op | WireOp) -> bool:
+        """Buffer ``item`` for ``target``, handed over at ``batch-rows``; False after a failure."""
+        buffer = self._pool.buffers[target]
+        buffer.append(item)
+        if len(buffer) >= self.config.batch_rows:
+            self._handoff(target)
+            if self._failure is not None:
+                return False
+            if len(self._causality) > self._max_keys and not self._barrier("keys"):
+                return False
+        return True
 
     def _handoff(self, target: int) -> None:
         error = self._pool.handoff(target)
@@ -309,7 +395,7 @@ class MySQLSink(Sink):
         self._causality.reset()
         self._replay_high = max(self._replay_high, self._dispatched_high)
         self._complete = self._committed
-        self._tables.clear()
+        self._forget_tables()
         self._reload_progress = True
         self._failure = None
         log.warning(
@@ -386,39 +472,14 @@ class MySQLSink(Sink):
             log.info("mysql sink: DDL at commit_ts %d was applied before; skipped", event.commit_ts)
         elif not self._run_ddl(event):
             return
-        self._tables.clear()
+        self._forget_tables()
         self._committed = event.commit_ts
 
     def _run_ddl(self, event: DDLEvent) -> bool:
         """False after a retriable failure (noted); raises :class:`SinkApplyError` on a refusal."""
-        change = event.change
-        where = (
-            f"mysql sink: DDL at commit_ts {event.commit_ts} ({Change.Kind.Name(change.kind)} "
-            f"{change.db}{'.' + change.table if change.table else ''})"
-        )
-        hint = (
-            f"; to skip it, fix the downstream by hand and add {event.commit_ts} to the drainer's "
-            "ignore-txn-commit-ts"
-        )
-        old = event.before if change.kind == Change.ALTER_TABLE else None
-        try:
-            statements = self._control.ddl.plan(change, old)
-        except ValueError as exc:
-            raise SinkApplyError(f"{where}: {exc}{hint}") from exc
-        statement = ""
-        try:
-            conn = self._control.conn(DB_ERRORS)
-            with conn.cursor() as cur:
-                for statement in statements:
-                    cur.execute(statement)
-                cur.execute(self._control.progress_sql(), (self.cluster_id, DDL_WORKER, event.commit_ts, 0))
-        except DB_ERRORS as exc:
-            self._control.drop()
-            error = translate_error(exc, where, statement.split("(", 1)[0][:200])
-            if not error.retriable:
-                raise SinkApplyError(f"{error}{hint}") from exc
+        error = self._control.run_ddl(event, self.cluster_id, DB_ERRORS)
+        if error is not None:
             self._note_failure(error)
             return False
         self._ddl_done = event.commit_ts
-        log.info("mysql sink: DDL at commit_ts %d applied: %s", event.commit_ts, "; ".join(statements)[:300])
         return True

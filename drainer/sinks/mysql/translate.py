@@ -211,8 +211,20 @@ class TableWriter:
 
 @dataclass(frozen=True, slots=True)
 class Table:
+    """One table at one schema version: its statement writer and causality keys. ``number``
+    names it to worker processes (never reused by one :class:`Tables`); ``key_columns`` are the
+    positions every key reads."""
+
     writer: TableWriter
     keys: KeyPlan
+    number: int = 0
+    key_columns: tuple[int, ...] = ()
+
+
+def make_table(translator: Translator, schema: row_pb2.TableSchema, number: int = 0) -> Table:
+    keys = key_plan(schema)
+    columns = tuple(sorted({p for positions in keys.indexes for p in positions}))
+    return Table(TableWriter(translator.table(schema), schema), keys, number, columns)
 
 
 class Tables:
@@ -221,12 +233,14 @@ class Tables:
     def __init__(self) -> None:
         self._translator = Translator(MySQLDialect())
         self._tables: dict[int, tuple[row_pb2.TableSchema, Table]] = {}
+        self.numbered = 0  # the number of the last Table made
 
     def get(self, schema: row_pb2.TableSchema) -> Table:
         hit = self._tables.get(id(schema))
         if hit is not None and hit[0] is schema:
             return hit[1]
-        table = Table(TableWriter(self._translator.table(schema), schema), key_plan(schema))
+        self.numbered += 1
+        table = make_table(self._translator, schema, self.numbered)
         if len(self._tables) > 512:
             self._tables.clear()
         self._tables[id(schema)] = (schema, table)

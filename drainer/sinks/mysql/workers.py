@@ -31,19 +31,20 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, cast
 
 import pymysql
 
 from bridge.retry import Backoff
 from bridge.sink.errors import SinkApplyError, SinkError
 from drainer.sinks.mysql import metrics
-from drainer.sinks.mysql.batch import STATEMENT_BYTES, Batch, Op, Unit, units
+from drainer.sinks.mysql.batch import STATEMENT_BYTES, Batch, Unit, units
 from drainer.sinks.mysql.connection import ConnectSettings, close_quietly, translate_error
 
 log = logging.getLogger(__name__)
 
+Job = list[Unit] | Callable[[], list[Unit]]
 LOCAL_RETRIES = 5  # a worker applies its open transaction again this often before giving up
 DB_ERRORS = (pymysql.err.MySQLError, OSError)
 
@@ -95,7 +96,7 @@ class Worker(threading.Thread):
         self.txn_rows = txn_rows
         self.progress_sql = progress_sql
         self.cluster_id = cluster_id
-        self.jobs: queue.Queue[list[Unit] | Barrier | None] = queue.Queue(maxsize=queue_size)
+        self.jobs: queue.Queue[Job | Barrier | None] = queue.Queue(maxsize=queue_size)
         self.error: SinkError | None = None
         self.conn: Any = None
         self.connection_id = 0
@@ -107,8 +108,8 @@ class Worker(threading.Thread):
         self._seq = 0  # seq of the last op applied (keyless worker)
         self._failing: Batch | None = None  # the batch of the statement running
 
-    def give(self, planned: list[Unit]) -> None:
-        """Queue ``planned`` for this worker (blocks while its queue is full)."""
+    def give(self, planned: Job) -> None:
+        """Queue ``planned`` (or a plan making it) for this worker (blocks while its queue is full)."""
         self.jobs.put(planned)
 
     # -- the thread -------------------------------------------------------
@@ -138,11 +139,13 @@ class Worker(threading.Thread):
                     result = SinkApplyError(f"{self._where(job.action)}: unexpected {type(exc).__name__}")
                 job.done(result)
             elif self.error is None:
-                try:
-                    self._apply(job)
+                try:  # a job may be a plan to run first (worker processes: drainer.sinks.mysql.wire)
+                    self._apply(job if isinstance(job, list) else job())
                 except Exception as exc:  # the thread must live to answer barriers
-                    log.exception("mysql sink worker %d: unexpected error", self.number)
-                    self.error = SinkApplyError(f"{self._where('apply')}: unexpected {type(exc).__name__}")
+                    if not isinstance(exc, SinkError):  # SinkError: a plan's refusal, with its message
+                        log.exception("mysql sink worker %d: unexpected error", self.number)
+                        exc = SinkApplyError(f"{self._where('apply')}: unexpected {type(exc).__name__}")
+                    self.error = exc
                     self._abandon()
                     self._held.clear()
                     self._pending = 0
@@ -329,15 +332,20 @@ class Worker(threading.Thread):
 
 
 class Slot(Protocol):
-    """Where the dispatcher hands one worker number's units: a :class:`Worker` thread here, or
-    a worker in a child process (:class:`~drainer.sinks.mysql.procs.RemoteWorker`)."""
+    """Where the dispatcher hands one worker number's changes: a :class:`Worker` thread here (it
+    gets them planned), or a :class:`RemoteSlot`."""
 
     number: int
 
     @property
     def error(self) -> SinkError | None: ...
 
-    def give(self, planned: list[Unit]) -> None: ...
+
+class RemoteSlot(Slot, Protocol):
+    """A worker in a child process (:class:`~drainer.sinks.mysql.procs.RemoteWorker`): it takes
+    the dispatcher's buffer as it is and plans it there."""
+
+    def take(self, buffer: list[Any]) -> None: ...
 
 
 class Group(Protocol):
@@ -355,6 +363,10 @@ class Group(Protocol):
 
     def close(self, timeout: float) -> None: ...
 
+    def announce(self, number: int, schema: bytes) -> None: ...
+
+    def forget(self, below: int) -> None: ...
+
 
 class WorkerPool:
     """The workers of one sink (the keyed ones, then the keyless one) and the ops the dispatcher
@@ -369,7 +381,7 @@ class WorkerPool:
         self.slots: list[Slot] = []
         self.workers: list[Worker] = []
         self.groups: list[Group] = []
-        self.buffers: list[list[Op]] = []
+        self.buffers: list[list[Any]] = []  # Op, or wire ops for a worker process
         self.stop = threading.Event()
         self._batch_rows = batch_rows
         self._batch_updates = batch_updates
@@ -397,7 +409,11 @@ class WorkerPool:
         buffer = self.buffers[target]
         if buffer:
             self.buffers[target] = []
-            self.slots[target].give(units(buffer, self._batch_rows, self._batch_updates))
+            slot = self.slots[target]
+            if isinstance(slot, Worker):
+                slot.give(units(buffer, self._batch_rows, self._batch_updates))
+            else:  # a worker process plans what it is given (Ops, or rows as bytes)
+                cast(RemoteSlot, slot).take(buffer)
 
     def commit(self) -> list[SinkError]:
         """Every worker applies what it was given and commits; their errors (none: all committed)."""
