@@ -111,10 +111,10 @@ class RecordShape:
         self.kinds = {self.names[f["name"]]: field_kind(f["type"]) for f in fields}
         self.types_json = to_json(self.kinds)
 
-    def columns(self, record: Mapping[str, Any]) -> dict[str, Any]:
-        """The record keyed by MySQL column names."""
+    def columns(self, record: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The record keyed by MySQL column names (fastavro's own dict when no name differs)."""
         if not self.renamed:
-            return dict(record)
+            return record
         return {self.names.get(field, field): value for field, value in record.items()}
 
 

@@ -69,21 +69,34 @@ def _date(value: object, kind: str) -> object:
     return value.replace("+00:00", "Z")
 
 
+class RowPlan:
+    """What building a document needs of one schema version (a ``types`` text) and one text-field
+    setting, worked out once: the date columns and their kinds, the full-text columns."""
+
+    __slots__ = ("dates", "text")
+
+    def __init__(self, kinds: Mapping[str, str], columns: Sequence[str] | None) -> None:
+        self.dates = tuple((c, k) for c, k in kinds.items() if k in DATE_KINDS)
+        chosen = columns if columns is not None else [c for c, k in kinds.items() if k in TEXT_KINDS]
+        self.text = tuple(chosen)
+
+    def row(self, image: Mapping[str, Any]) -> dict[str, Any]:
+        """An image's values as the ``row`` JSON field holds them (see the module docstring)."""
+        out = {column: value for column, value in image.items() if value is not None}  # JSON: no null
+        for column, kind in self.dates:
+            value = out.get(column)
+            if value is not None:
+                out[column] = _date(value, kind)
+        return out
+
+    def text_of(self, image: Mapping[str, Any]) -> str:
+        """The full-text field: the configured columns, else every string column."""
+        return "\n".join([str(v) for v in map(image.get, self.text) if v is not None])
+
+
 def typed_row(image: Mapping[str, Any], kinds: Mapping[str, str]) -> dict[str, Any]:
     """An image's values as the ``row`` JSON field holds them (see the module docstring)."""
-    out: dict[str, Any] = {}
-    for column, value in image.items():
-        if value is None:
-            continue  # tantivy JSON has no null: an absent leaf
-        kind = kinds.get(column, "string")
-        out[column] = _date(value, kind) if kind in DATE_KINDS else value
-    return out
-
-
-def text_of(image: Mapping[str, Any], kinds: Mapping[str, str], columns: Sequence[str] | None) -> str:
-    """The full-text field: ``columns`` when configured for the table, else every string column."""
-    chosen = columns if columns is not None else [c for c, k in kinds.items() if k in TEXT_KINDS]
-    return "\n".join(str(image[c]) for c in chosen if image.get(c) is not None)
+    return RowPlan(kinds, None).row(image)
 
 
 @lru_cache(maxsize=4096)
@@ -93,9 +106,14 @@ def kinds_of(types: str) -> dict[str, str]:
     return parsed
 
 
-def document(action: Action, text_columns: Sequence[str] | None, idh: int) -> tantivy.Document:
+@lru_cache(maxsize=4096)
+def plan_of(types: str, text_columns: tuple[str, ...] | None) -> RowPlan:
+    return RowPlan(kinds_of(types), text_columns)
+
+
+def document(action: Action, text_columns: tuple[str, ...] | None, idh: int) -> tantivy.Document:
     """The document of one action (``idh``: ``id_hash`` of its id): the row, or the tombstone
-    of a deleted row."""
+    of a deleted row. ``text_columns``: the table's configured full-text columns, if any."""
     doc = tantivy.Document()
     doc.add_text("_id", action.doc_id)
     doc.add_unsigned("_idh", idh)
@@ -105,8 +123,8 @@ def document(action: Action, text_columns: Sequence[str] | None, idh: int) -> ta
     doc.add_integer("_pos", action.version[1])
     doc.add_boolean("_live", action.image is not None)
     if action.image is not None:
-        kinds = kinds_of(action.types)
+        plan = plan_of(action.types, text_columns)
         doc.add_text("_types", action.types)
-        doc.add_json("row", typed_row(action.image, kinds))
-        doc.add_text("text", text_of(action.image, kinds, text_columns))
+        doc.add_json("row", plan.row(action.image))
+        doc.add_text("text", plan.text_of(action.image))
     return doc

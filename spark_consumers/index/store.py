@@ -53,7 +53,7 @@ class ChangeIndex:
         self.path = path
         self.index = open_index(path)
         self.schema = self.index.schema
-        self.text_columns = dict(text_columns or {})
+        self.text_columns = {table: tuple(columns) for table, columns in (text_columns or {}).items()}
         self.writer = self.index.writer(heap_size=WRITER_HEAP, num_threads=1)
         self.floors = self._load_floors()
         self.tables = table_columns(path)
@@ -119,7 +119,7 @@ class ChangeIndex:
         put = deleted = 0
         for act in batch.actions.values():
             current = held.get(hashes[act.doc_id])
-            lowest = self.floor_of(act)
+            lowest = self.floor_of(act) if self.floors else None
             if (current is not None and current >= act.version) or (
                 lowest is not None and act.version < lowest
             ):
