@@ -16,6 +16,16 @@ through the drainer's own code, one stage after the other, each timed alone
   :class:`~drainer.sinks.mysql.batch.Op` — and, per ``batch-rows`` of a
   worker, :func:`~drainer.sinks.mysql.batch.units` (grouping and statement text).
 
+With ``worker-processes`` the dispatcher does less and the children the rest
+(:mod:`drainer.sinks.mysql.wire`), measured the same way:
+
+- ``route``: the dispatcher's work per change then — the row images undecoded
+  (``raw()``), the key columns decoded alone, causality, the wire op (``decode``
+  and ``plan`` are not its work any more; ``build`` still is);
+- ``child``: a child's work per change, without its pipe — the wire ops of
+  each ``batch-rows`` of a worker decoded, keyed again and planned
+  (:class:`~drainer.sinks.mysql.wire.Plan`).
+
 The server side comes from the drainer child of the timed run itself (its
 ``/metrics``): ``execute`` is the workers' time waiting for statement batches
 (``bridge_sink_mysql_statement_seconds_sum``), ``commit`` for COMMITs, both
@@ -28,11 +38,11 @@ shows what those cost.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from bridge.binlog import BinlogType
-from bridge.proto import binlog_pb2
+from bridge.proto import binlog_pb2, row_pb2
 from bridge.sink.events import RowChange, TxnEvent
 from bridge.sink.schema import SchemaTracker
 from drainer.collect.merger import PulledTxn
@@ -40,7 +50,8 @@ from drainer.collect.pull import scan_header
 from drainer.sinks.mysql.batch import Op, units
 from drainer.sinks.mysql.causality import Causality
 from drainer.sinks.mysql.translate import Tables
-from drainer.sync.builder import EventBuilder
+from drainer.sinks.mysql.wire import ChildTables, WireOp, sparse_keys
+from drainer.sync.builder import EventBuilder, RawChange
 from drainer.sync.filter import TableFilter
 
 SAMPLE_ROWS = 100_000
@@ -112,8 +123,22 @@ def stage_costs(sample: Sample, worker_count: int, batch_rows: int, batch_update
     def plan() -> int:
         return plan_changes(events, changes, worker_count, batch_rows, batch_updates)
 
+    batches: list[list[WireOp]] = []
+
+    def route() -> int:
+        batches.clear()
+        return route_raw(events, worker_count, batch_rows, batches)
+
+    def child() -> int:
+        tables = ChildTables()
+        tables.add(1, txns_schema(events).SerializeToString())
+        for wire in batches:
+            tables.plan(wire, batch_rows, batch_updates)()
+        return sum(len(wire) for wire in batches)
+
     costs = {}
-    for name, run in (("build", build), ("decode", decode), ("plan", plan)):
+    stages = (("build", build), ("decode", decode), ("plan", plan), ("route", route), ("child", child))
+    for name, run in stages:
         seconds, rows = best(run)
         costs[name] = round(seconds / max(1, rows) * 1e6, 2)
     return costs
@@ -160,6 +185,41 @@ def plan_changes(
     for buffer in buffers:
         if buffer:
             units(buffer, batch_rows, batch_updates)
+    return rows
+
+
+def txns_schema(events: list[TxnEvent]) -> row_pb2.TableSchema:
+    """The bench table's schema, as the events' rows are encoded with."""
+    return next(raw(events[0]))[1].schema
+
+
+def raw(event: TxnEvent) -> Iterator[RawChange]:
+    changes: Callable[[], Iterator[RawChange]] = getattr(event.decode, "raw")  # noqa: B009
+    return changes()
+
+
+def route_raw(events: list[TxnEvent], worker_count: int, batch_rows: int, out: list[list[WireOp]]) -> int:
+    """The dispatcher's work per change with worker processes (see the module docstring): wire
+    ops per worker, each ``batch_rows`` of them appended to ``out``; rows routed."""
+    tables, causality = Tables(), Causality(worker_count)
+    buffers: list[list[WireOp]] = [[] for _ in range(worker_count)]
+    rows = 0
+    for event in events:
+        for kind, codec, before, after in raw(event):
+            table = tables.get(codec.schema)
+            keys = sparse_keys(table, codec, before, after)
+            target = causality.route(keys)
+            if target is None:
+                causality.reset()
+                target = causality.route(keys)
+                assert target is not None
+            buffer = buffers[target]
+            buffer.append((1, kind, before, after, event.commit_ts, False))
+            if len(buffer) >= batch_rows:
+                out.append(buffer)
+                buffers[target] = []
+            rows += 1
+    out.extend(buffer for buffer in buffers if buffer)
     return rows
 
 
