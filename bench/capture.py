@@ -20,6 +20,12 @@ read, decoded, converted, encoded and written to the pumps two-phase with its jo
 ``ceiling``: in the same run, ``BinLogStreamReader`` reading P0..E of the same binlog with
 the capture's event selection, decoding every row (``event.rows``) and doing nothing with
 it; measured before and after the value, the faster counts. ``ratio`` = value / ceiling.
+
+``cpu_us_per_row`` (informational): CPU µs per row change of the capture child (all its threads)
+and of the decoder (its thread, the less of its two runs); ``cpu_ratio`` = decoder / capture, the
+share of the capture's CPU that is decoding. On a busy 2-core machine the rates swing with what
+else runs; the CPU per row moves much less, and for a reader bound to one core (the GIL) it is the
+ratio the rates tend to when the cores are free.
 """
 
 from __future__ import annotations
@@ -123,7 +129,9 @@ def write_changes(dsn: Dsn, db: str, rows: int, per_txn: int) -> int:
     return 3 * rows
 
 
-def measure_ceiling(dsn: Dsn, db: str, start: tuple[str, int], end: tuple[str, int]) -> float:
+def measure_ceiling(dsn: Dsn, db: str, start: tuple[str, int], end: tuple[str, int]) -> tuple[float, float]:
+    """Row changes/s of the bare decoder over ``start``..``end``, and its CPU µs per row change
+    (this thread's: the decoding, not the server's work)."""
     args = dsn.pymysql_args(database=None)
     settings = {k: v for k, v in args.items() if k != "database" and v is not None}
     stream = BinLogStreamReader(
@@ -132,7 +140,7 @@ def measure_ceiling(dsn: Dsn, db: str, start: tuple[str, int], end: tuple[str, i
         log_file=start[0], log_pos=start[1], enable_logging=False,
     )  # fmt: skip
     changes = 0
-    began = time.perf_counter()
+    began, cpu = time.perf_counter(), time.thread_time()
     try:
         for event in stream:
             rows = getattr(event, "rows", None)
@@ -142,7 +150,8 @@ def measure_ceiling(dsn: Dsn, db: str, start: tuple[str, int], end: tuple[str, i
                 break
     finally:
         stream.close()
-    return changes / (time.perf_counter() - began)
+    elapsed, cpu = time.perf_counter() - began, time.thread_time() - cpu
+    return changes / elapsed, round(cpu * 1e6 / max(changes, 1), 1)
 
 
 def status(port: int) -> dict[str, Any]:
@@ -204,13 +213,14 @@ async def measure(args: argparse.Namespace, dsn: Dsn) -> dict[str, Any]:
                 changes = write_changes(dsn, db, args.rows, args.rows_per_txn)
                 end = binlog_end(dsn)
                 progress(f"{changes} row changes in the binlog from {start} to {end}")
-                ceilings = [measure_ceiling(dsn, db, start, end)]
+                decoded = [measure_ceiling(dsn, db, start, end)]
                 elapsed, meter = run_capture(config, port, end, args.timeout)
-                ceilings.append(measure_ceiling(dsn, db, start, end))
+                decoded.append(measure_ceiling(dsn, db, start, end))
     finally:
         shadow = shadow_name(server_id, db)
         source_sql(dsn, f"DROP DATABASE IF EXISTS `{db}`", f"DROP DATABASE IF EXISTS `{shadow}`")
-    cpu = meter.per_row_us(changes)
+    cpu = {**meter.per_row_us(changes), "decode_only": min(c for _, c in decoded)}
+    ceilings = [rate for rate, _ in decoded]
     return {"value": changes / elapsed, "ceilings": ceilings, "elapsed": elapsed, "cpu": cpu}
 
 
@@ -235,7 +245,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "elapsed": round(result["elapsed"], 3),
         "runs": {"capture": round(value, 1), "decode_only": [round(c, 1) for c in result["ceilings"]]},
         "cpu_us_per_row": result["cpu"],
+        # informational, less sensitive to a busy machine than the rates: the decoder's CPU per row
+        # change over the capture child's (every thread: decoding, converting, encoding, writing)
+        "cpu_ratio": _cpu_ratio(result["cpu"]),
         "params": {"rows": args.rows, "rows_per_txn": args.rows_per_txn, "fsync": not args.no_fsync},
         "ceiling_is": "mysql-replication decoding the same binlog range (every row event's rows), "
         "nothing forwarded",
     }
+
+
+def _cpu_ratio(cpu: dict[str, Any]) -> float | None:
+    capture, decode = cpu.get("capture"), cpu.get("decode_only")
+    return round(decode / capture, 3) if capture and decode else None

@@ -44,3 +44,6 @@ def test_bench_capture_prints_json_on_its_last_line(tmp_path: Path) -> None:
     assert figures["ratio"] == pytest.approx(figures["value"] / figures["ceiling"], rel=1e-3)
     assert figures["params"]["rows"] == 600 and figures["params"]["rows_per_txn"] == 100
     assert "1800 row changes in the binlog" in result.stderr
+    cpu = figures["cpu_us_per_row"]
+    assert cpu["capture"] > 0 and cpu["decode_only"] > 0
+    assert figures["cpu_ratio"] == pytest.approx(cpu["decode_only"] / cpu["capture"], abs=1e-3)
