@@ -12,6 +12,7 @@ must give the same documents. The registry encoding end to end is in test_spark_
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import threading
 import time
@@ -94,6 +95,24 @@ def assert_full_text_finds(dsn: str, index_path: Path) -> None:
     hits = search.search(index_path, f'_key:"{key}" AND {word}', table="main.load_docs", limit=5)
     assert [h["row"]["id"] for h in hits] == [key], (word, hits)
     assert hits[0]["score"] > 0
+
+
+def assert_readme_search_finds(dsn: str, index_path: Path) -> None:
+    """The README tour's last command, as a user runs it (``python -m spark_consumers search``), over
+    this index of the load's data: its hits are paid orders of the upstream, as many as it has (<= 3)."""
+    from tests.support.spark_sources import diff_module
+
+    source = diff_module("").open_source(dsn, "--upstream")
+    try:
+        orders = source.rows("main", "load_orders", ["id", "status"])
+        paid = {key for key, status in orders if status == "paid"}
+    finally:
+        source.close()
+    argv = [sys.executable, "-m", "spark_consumers", "search", "--index", str(index_path), "row.status:paid",
+            "--table", "main.load_orders", "--limit", "3"]  # fmt: skip
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=True).stdout
+    hits = [json.loads(line) for line in out.splitlines()]
+    assert len(hits) == min(3, len(paid)) and {h["row"]["id"] for h in hits} <= paid, (len(paid), out)
 
 
 def commit_probe_row(meta_addr: str, dsn: str) -> str:
@@ -186,6 +205,7 @@ def test_load_streamed_into_the_index_and_snapshot_equals_the_upstream(
     print("\n".join(report.lines()))
     assert assert_found_by_key(upstream, live) > 0
     assert_full_text_finds(upstream, live)
+    assert_readme_search_finds(upstream, live)
 
     # the same topics again from an empty checkpoint, available-now: the same documents
     assert run(spark, job("index", kafka_bootstrap, unique_name, tmp_path, "again", available_now=True)) == 0
