@@ -2,7 +2,7 @@
 
 Pumps and drainers each add their routes (``/state/...``) in a thin module of
 their own (:mod:`pump.http`, :mod:`drainer.http`); this module is the server
-they share:
+they share with ``capture`` and the meta server:
 
 =====================  =====================================================
 ``GET /status``        the node's status as JSON (what ``status()`` returns)
@@ -42,7 +42,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
 
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+from prometheus_client.registry import CollectorRegistry
 
 from bridge.auth import bearer_matches, current_token
 from bridge.errors import BridgeError, ConfigError, UserError
@@ -114,7 +115,9 @@ class StatusServer:
 
     ``component`` (``pump``, ``drainer``) names the node in log lines and
     error answers; ``on_error`` is called once per request that failed
-    inside a handler (for the component's error counter).
+    inside a handler (for the component's error counter). ``/metrics``
+    serves ``registry`` (default: the process-wide one); the meta server
+    passes its member's own, as several members may share a process.
     """
 
     def __init__(
@@ -129,8 +132,10 @@ class StatusServer:
         on_error: Callable[[], None] = _no_refresh,
         ssl_context: ssl.SSLContext | None = None,
         token: str | None = None,
+        registry: CollectorRegistry = REGISTRY,
     ) -> None:
         self._component = component
+        self._registry = registry
         self._status = status
         self._before_metrics = before_metrics
         self._on_error = on_error
@@ -185,7 +190,7 @@ class StatusServer:
 
     async def _get_metrics(self) -> Response:
         self._before_metrics()
-        return Response(HTTPStatus.OK, generate_latest(), CONTENT_TYPE_LATEST)
+        return Response(HTTPStatus.OK, generate_latest(self._registry), CONTENT_TYPE_LATEST)
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:

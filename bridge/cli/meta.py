@@ -41,7 +41,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--etcd", help="etcd URLs, comma-separated (default: none = local backend)")
     parser.add_argument("--etcd-prefix", help="key prefix in etcd (default /binlog-bridge/v1)")
     parser.add_argument("--name", help="member id (default meta-<advertise-addr>)")
-    parser.add_argument("--status-addr", help="HTTP metrics address, e.g. 127.0.0.1:8249 (default off)")
+    parser.add_argument("--status-addr", help="HTTP /status and /metrics, e.g. 127.0.0.1:8247 (default off)")
     parser.set_defaults(func=run)
     return parser
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import random
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -164,7 +166,7 @@ def test_registry_survives_a_restart_and_bad_heartbeats_are_refused(children, tm
     assert not nodes.errors
 
 
-def test_metrics_endpoint(children, tmp_path) -> None:
+def test_status_and_metrics_endpoint(children, tmp_path) -> None:
     status_port = free_port()
     _, addr = start_meta(children, tmp_path, tmp_path / "meta", "--status-addr", str(status_port))
 
@@ -182,3 +184,21 @@ def test_metrics_endpoint(children, tmp_path) -> None:
         line for line in text.splitlines() if line.startswith("bridge_meta_timestamps_allocated_total")
     )
     assert float(counter.rsplit(" ", 1)[1]) >= 50
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{status_port}/status", timeout=10) as response:
+        status = json.loads(response.read())
+    assert (status["addr"], status["backend"], status["is_leader"]) == (addr, "local", True)
+    assert status["leader_addr"] == addr and status["cluster_id"] > 0
+    assert status["tso"]["allocated"] >= 50 and status["tso"]["serving"]
+    registered = {"node_id": "pump-1", "kind": "pump", "state": "online", "alive": True}
+    assert status["registry"]["nodes"] == [registered]
+    # the shared status server (bridge.status_http): an unknown path names the endpoints; nothing but GET
+    with pytest.raises(urllib.error.HTTPError) as missing:
+        urllib.request.urlopen(f"http://127.0.0.1:{status_port}/state/close", timeout=10)
+    assert missing.value.code == 404 and "GET /status, GET /metrics" in missing.value.read().decode()
+    post = urllib.request.Request(
+        f"http://127.0.0.1:{status_port}/status", b"{}", {"Content-Type": "application/json"}, method="POST"
+    )
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(post, timeout=10)
+    assert refused.value.code == 405

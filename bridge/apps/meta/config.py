@@ -9,7 +9,7 @@
     etcd = ""                        # "http://h:p,http://h:p" or https://; empty = local backend
     etcd-prefix = "/binlog-bridge/v1"
     election-ttl = "3s"              # leader lease; a dead leader is replaced after about this
-    status-addr = ""                 # Prometheus metrics over HTTP; empty = off; "9100" = 127.0.0.1:9100
+    status-addr = ""                 # HTTP /status and /metrics; empty = off; "9100" = 127.0.0.1:9100
 
     [tso]
     save-interval = "3s"             # the window persisted ahead of handed-out timestamps
@@ -76,7 +76,7 @@ class MetaConfig:
     election_ttl: float = field(
         default=3.0, metadata={"duration": True, "help": "leader lease TTL (whole seconds, at least 1s)"}
     )
-    status_addr: str = field(default="", metadata={"help": "HTTP metrics address; empty = off"})
+    status_addr: str = field(default="", metadata={"help": "HTTP /status and /metrics address; empty = off"})
     tso: TsoConfig = field(default_factory=TsoConfig)
     cluster_token: str = cluster_token_field()
     security: SecurityConfig = field(default_factory=SecurityConfig)
@@ -141,7 +141,7 @@ class MetaConfig:
         return out
 
     def status_listen(self) -> tuple[str, int]:
-        """Where the metrics HTTP server listens: ``"9100"`` and ``":9100"`` mean 127.0.0.1."""
+        """Where the HTTP status endpoint listens: ``"9100"`` and ``":9100"`` mean 127.0.0.1."""
         return listen_addr(self.status_addr, "status-addr")
 
     def advertise(self, bound_port: int | None = None) -> str:

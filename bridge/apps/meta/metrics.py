@@ -44,17 +44,19 @@ class MemberCollector(Collector):
         nodes = GaugeMetricFamily(
             "bridge_meta_registry_nodes", "Registered nodes", labels=["kind", "state", "alive"]
         )
-        counts = Counter(
-            (
-                KIND_NAMES.get(n.kind, "unknown"),
-                STATE_NAMES.get(n.state, "unknown"),
-                str(n.is_alive).lower(),
-            )
-            for n in member.registry.snapshot()
-        )
+        counts = Counter((kind, state, str(alive).lower()) for _, kind, state, alive in node_labels(member))
         for labels, count in sorted(counts.items()):
             nodes.add_metric(list(labels), count)
         yield nodes
+
+
+def node_labels(member: MetaMember) -> list[tuple[str, str, str, bool]]:
+    """``(node_id, kind, state, alive)`` of every registered node, kind and state by name
+    (empty on a follower); what the metrics count and ``/status`` lists."""
+    return [
+        (n.node_id, KIND_NAMES.get(n.kind, "unknown"), STATE_NAMES.get(n.state, "unknown"), n.is_alive)
+        for n in member.registry.snapshot()
+    ]
 
 
 def member_registry(member: MetaMember) -> CollectorRegistry:

@@ -14,24 +14,22 @@ everywhere. Errors map to status codes at this one boundary:
 from __future__ import annotations
 
 import logging
-import threading
 from typing import Any, NoReturn
-from wsgiref.simple_server import WSGIServer
 
 import grpc
-from prometheus_client import start_http_server
 
 from bridge.apps.meta.config import MetaConfig
 from bridge.apps.meta.etcd_store import EtcdStore
 from bridge.apps.meta.local_store import LocalStore
 from bridge.apps.meta.member import MetaMember
-from bridge.apps.meta.metrics import member_registry
+from bridge.apps.meta.metrics import member_registry, node_labels
 from bridge.apps.meta.store import MetaStore
-from bridge.auth import use_cluster_token
-from bridge.errors import BridgeError, ClusterMismatch, ConfigError, NotLeader, ProtocolError
+from bridge.auth import resolve_token, use_cluster_token
+from bridge.errors import BridgeError, ClusterMismatch, NotLeader, ProtocolError
 from bridge.grpcutil import add_port, channel_options, server_interceptors
 from bridge.meta.client import LEADER_METADATA_KEY
 from bridge.proto import meta_pb2, meta_pb2_grpc
+from bridge.status_http import StatusServer, server_ssl_context
 from bridge.tso import MAX_LOGICAL
 
 log = logging.getLogger(__name__)
@@ -145,14 +143,15 @@ def make_store(config: MetaConfig, member_id: str, advertise: str) -> MetaStore:
 
 
 class MetaServer:
-    """A meta member behind its gRPC server (and metrics HTTP server when configured)."""
+    """A meta member behind its gRPC server and, on ``status-addr``, the HTTP status
+    endpoint every node serves (:mod:`bridge.status_http`: ``/status``, ``/metrics``)."""
 
     def __init__(self, config: MetaConfig) -> None:
         self.config = config
         self.member: MetaMember | None = None
         self.advertise = ""
         self._server: Any = None
-        self._http: tuple[WSGIServer, threading.Thread] | None = None
+        self._http: StatusServer | None = None
 
     async def start(self) -> None:
         """Bind, open the store, make a first leadership attempt, then serve."""
@@ -178,24 +177,41 @@ class MetaServer:
         await server.start()
         self._server, self.member = server, member
         if config.status_addr:
-            self._start_http(member)
-
-    def _start_http(self, member: MetaMember) -> None:
-        host, port = self.config.status_listen()
-        security = self.config.security
-        try:
-            self._http = start_http_server(
-                port,
-                host,
+            # Same TLS as the gRPC port (client certificates when ssl-ca is set); the cluster
+            # token guards what is not GET or HEAD, of which the meta endpoint has none.
+            self._http = StatusServer(
+                "meta",
+                self.status,
+                *config.status_listen(),
+                ssl_context=server_ssl_context(config.security),
+                token=resolve_token(config.cluster_token),
                 registry=member_registry(member),
-                certfile=security.ssl_cert or None,
-                keyfile=security.ssl_key or None,
-                client_cafile=security.ssl_ca or None,
-                client_auth_required=bool(security.ssl_ca and security.ssl_cert),
             )
-        except OSError as exc:
-            raise ConfigError(f"status-addr: cannot listen on {host}:{port}: {exc.strerror}") from exc
-        log.info("metrics on %s://%s:%d/metrics", "https" if security.ssl_cert else "http", host, port)
+            await self._http.start()
+
+    def status(self) -> dict[str, object]:
+        """``GET /status``: this member, its leadership, the TSO window and (on the leader) the
+        registered nodes."""
+        member = self.member
+        assert member is not None
+        oracle, registry = member.oracle, member.registry
+        return {
+            "member_id": member.member_id,
+            "addr": self.advertise,
+            "backend": member.backend,
+            "cluster_id": member.cluster_id,
+            "is_leader": member.is_leader,
+            "leader_addr": member.leader_addr(),
+            "tso": {"serving": oracle.serving, "allocated": oracle.allocated, "limit_ms": oracle.limit},
+            "registry": {
+                "serving": registry.serving,
+                "revision": registry.revision,
+                "nodes": [
+                    {"node_id": node_id, "kind": kind, "state": state, "alive": alive}
+                    for node_id, kind, state, alive in node_labels(member)
+                ],
+            },
+        }
 
     def ready_line(self) -> str:
         member = self.member
@@ -207,10 +223,7 @@ class MetaServer:
 
     async def stop(self, grace: float = 1.0) -> None:
         if self._http is not None:
-            httpd, thread = self._http
-            httpd.shutdown()
-            httpd.server_close()
-            thread.join(timeout=5)
+            await self._http.stop()
             self._http = None
         if self._server is not None:
             await self._server.stop(grace)
