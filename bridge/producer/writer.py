@@ -60,6 +60,7 @@ from bridge.producer.timestamps import TimestampBatcher
 from bridge.producer.txnlog import BinlogSink, prewrite_key, send_second_phase
 from bridge.producer.upstream import Session, SessionPool, Upstream
 from bridge.proto import binlog_pb2, row_pb2
+from bridge.retry import Backoff
 
 log = logging.getLogger(__name__)
 
@@ -281,7 +282,12 @@ class TxnWriter:
             txn.commit()
 
     def run(self, body: Callable[[Transaction], T], attempts: int = 3, backoff: float = 0.02) -> T:
-        """Run ``body`` in a transaction, again (up to ``attempts`` in all) after a retriable error."""
+        """Run ``body`` in a transaction, again (up to ``attempts`` in all) after a retriable error.
+
+        The pauses are :class:`bridge.retry.Backoff`'s: ``backoff``, doubling,
+        at most ``backoff * (attempts - 1)`` (0.02 s then 0.04 s by default).
+        """
+        pacing = Backoff(backoff, backoff * max(1, attempts - 1))
         for attempt in range(1, attempts + 1):
             try:
                 with self.transaction() as txn:
@@ -290,7 +296,7 @@ class TxnWriter:
                 if not exc.retriable or attempt == attempts:
                     raise
                 log.debug("transaction attempt %d failed, retrying: %s", attempt, exc)
-                time.sleep(backoff * attempt)
+                time.sleep(pacing.next_delay())
         raise AssertionError("unreachable")
 
     def ddl(self, sql: str) -> DdlResult | None:

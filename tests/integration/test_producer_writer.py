@@ -28,8 +28,10 @@ from bridge.producer import (
     CommitFailed,
     PrewriteFailed,
     ProducerError,
+    Transaction,
     TxnWriter,
     UnknownTable,
+    UpstreamConflict,
     open_upstream,
 )
 from bridge.producer.mysql import MySQLSession, MySQLUpstream
@@ -232,6 +234,36 @@ def test_a_failed_change_makes_the_transaction_roll_back(
     assert services.binlogs(txn.start_ts) == []
     with pytest.raises(UnknownTable):
         writer.run(lambda t: t.insert("never_created", {"id": 1}))
+
+
+def test_run_retries_a_retriable_error_and_gives_up_after_attempts(
+    services: Services, writer: TxnWriter, upstream_dsn: Dsn
+) -> None:
+    writer.ddl(SEEDS_TABLE)
+    started: list[int] = []
+
+    def conflicts_twice(txn: Transaction) -> int:
+        started.append(txn.start_ts)
+        txn.insert("test", {"id": len(started), "name": "x"})
+        if len(started) < 3:
+            raise UpstreamConflict("deadlock found when trying to get lock")  # as the upstream reports it
+        return txn.start_ts
+
+    last = writer.run(conflicts_twice)
+    assert started[-1] == last and len(started) == 3
+    assert query(upstream_dsn, "SELECT id FROM test") == [(3,)]  # the failed attempts rolled back
+    assert services.binlogs(*started[:2]) == []
+    assert [b.tp for b in services.binlogs(last)] == [B.BinlogType.Prewrite, B.BinlogType.Commit]
+
+    started.clear()
+
+    def always_conflicts(txn: Transaction) -> None:
+        started.append(txn.start_ts)
+        raise UpstreamConflict("lock wait timeout exceeded")
+
+    with pytest.raises(UpstreamConflict):
+        writer.run(always_conflicts, attempts=2)
+    assert len(started) == 2 and services.binlogs(*started) == []
 
 
 def test_prewrite_failure_rolls_back_upstream(
