@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from bridge.dsn import connect_sqlite
+from bridge.retry import Backoff
 from pump.resolver_base import ResolverError, ResolverUnavailable, StatusTableMissing
 
 log = logging.getLogger(__name__)
@@ -35,6 +36,7 @@ class SQLiteStatusResolver:
 
     async def resolve(self, start_ts: int) -> int | None:
         loop = asyncio.get_running_loop()
+        backoff = Backoff(initial=0.2, cap=0.2 * 2 ** (self._attempts - 1))
         for attempt in range(1, self._attempts + 1):
             try:
                 return await loop.run_in_executor(self._executor, self._lookup, start_ts)
@@ -42,7 +44,7 @@ class SQLiteStatusResolver:
                 if attempt == self._attempts:
                     raise
                 log.info("resolver: %s (attempt %d of %d); retrying", exc, attempt, self._attempts)
-                await asyncio.sleep(0.1 * 2**attempt)
+                await backoff.sleep()
         raise AssertionError("unreachable")  # the loop returns or raises
 
     async def close(self) -> None:

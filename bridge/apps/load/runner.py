@@ -24,6 +24,7 @@ from bridge.apps.load.stats import Stats
 from bridge.apps.load.workload import INDEXES, KEYED, TABLES, Plan, Worker
 from bridge.errors import BridgeError
 from bridge.producer.writer import TxnWriter
+from bridge.retry import Backoff
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +117,7 @@ class LoadRunner:
             self._execute(worker, PLANNERS[kind](worker, opts.txn_size, opts.large_size))
 
     def _execute(self, worker: Worker, plan: Plan) -> None:
+        backoff = Backoff(initial=0.005, cap=0.005 * self._options.attempts)
         for attempt in range(1, self._options.attempts + 1):
             try:
                 with self._writer.transaction() as txn:
@@ -123,7 +125,8 @@ class LoadRunner:
             except BridgeError as exc:
                 if exc.retriable and attempt < self._options.attempts:
                     self._stats.rolled_back()
-                    time.sleep(0.005 * attempt * (1 + random.random()))  # noqa: S311 - jitter only
+                    # Jittered, so conflicting workers do not retry in lockstep.
+                    time.sleep(backoff.next_delay() * (1 + random.random()))  # noqa: S311 - jitter only
                     continue
                 self._stats.failed()
                 self._log_error(plan.kind, exc)
