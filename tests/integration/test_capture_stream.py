@@ -139,6 +139,24 @@ def _check(cluster: Cluster, db: str, since: int, tables: list[str]) -> list[B.B
     return binlogs
 
 
+def _table_t(cluster: Cluster, db: str) -> int:
+    """Database ``db`` with a table t (id, v) holding (1, 1) and (2, 2); a timestamp after them."""
+    cluster.sql("", f"CREATE DATABASE `{db}`", f"CREATE TABLE `{db}`.t (id INT PRIMARY KEY, v INT)")
+    cluster.sql(db, "INSERT INTO t VALUES (1, 1), (2, 2)")
+    return cluster.now()
+
+
+def _capture_t(
+    cluster: Cluster, tmp_path: Path, db: str, captures: list[CaptureProcess], **settings: str
+) -> tuple[CaptureProcess, int]:
+    """:func:`_table_t`, then a capture of ``db`` started (``settings``: CaptureProcess fields)."""
+    since = _table_t(cluster, db)
+    capture = CaptureProcess(tmp_path, cluster.source, cluster.meta_addr, [db], **settings)
+    captures.append(capture)
+    capture.start()
+    return capture, since
+
+
 def _snapshot_flags(binlogs: list[B.Binlog]) -> list[bool]:
     return [m.snapshot for b in binlogs if not B.is_ddl(b) for m in B.read_prewrite_value(b).mutations]
 
@@ -177,12 +195,7 @@ def test_never_announces_the_tables_and_streams_from_now(
     cluster: Cluster, tmp_path: Path, unique_name: str, captures: list[CaptureProcess]
 ) -> None:
     db = unique_name
-    cluster.sql("", f"CREATE DATABASE `{db}`", f"CREATE TABLE `{db}`.t (id INT PRIMARY KEY, v INT)")
-    cluster.sql(db, "INSERT INTO t VALUES (1, 1), (2, 2)")
-    since = cluster.now()
-    capture = CaptureProcess(tmp_path, cluster.source, cluster.meta_addr, [db], snapshot="never")
-    captures.append(capture)
-    capture.start()
+    capture, since = _capture_t(cluster, tmp_path, db, captures, snapshot="never")
     cluster.sql(db, "INSERT INTO t VALUES (3, 3)", "UPDATE t SET v = 30 WHERE id = 3")
     capture.wait_caught_up()
     model, _ = replay(cluster.meta_addr, [cluster.pump], since)
@@ -262,12 +275,7 @@ def test_a_purged_position_stops_the_capture_unless_snapshot_is_when_needed(
     cluster: Cluster, tmp_path: Path, unique_name: str, captures: list[CaptureProcess]
 ) -> None:
     db = unique_name
-    cluster.sql("", f"CREATE DATABASE `{db}`", f"CREATE TABLE `{db}`.t (id INT PRIMARY KEY, v INT)")
-    cluster.sql(db, "INSERT INTO t VALUES (1, 1), (2, 2)")
-    since = cluster.now()
-    capture = CaptureProcess(tmp_path, cluster.source, cluster.meta_addr, [db])
-    captures.append(capture)
-    capture.start()
+    capture, since = _capture_t(cluster, tmp_path, db, captures)
     capture.wait_caught_up()
     assert capture.stop() == 0
     cluster.sql(db, "FLUSH BINARY LOGS", "INSERT INTO t VALUES (3, 3)", "DELETE FROM t WHERE id = 1")
@@ -374,12 +382,7 @@ def test_file_positions_resume_exactly_after_a_sigkill(
     SIGKILLed between transactions resumes there, without losing or repeating one (the model
     refuses an insert over a live key)."""
     db = unique_name
-    cluster.sql("", f"CREATE DATABASE `{db}`", f"CREATE TABLE `{db}`.t (id INT PRIMARY KEY, v INT)")
-    cluster.sql(db, "INSERT INTO t VALUES (1, 1), (2, 2)")
-    since = cluster.now()
-    capture = CaptureProcess(tmp_path, cluster.source, cluster.meta_addr, [db], extra='position = "file"')
-    captures.append(capture)
-    capture.start()
+    capture, since = _capture_t(cluster, tmp_path, db, captures, extra='position = "file"')
     cluster.sql(db, "INSERT INTO t VALUES (3, 3)", "UPDATE t SET v = 20 WHERE id = 2")
     capture.wait_caught_up()
     position = capture.status()["position"]
