@@ -73,3 +73,13 @@ def test_shadow_ddl_is_retargeted_only_where_the_database_qualifies_a_name() -> 
     )
     assert retarget("ALTER TABLE t ADD shop INT", "shop", "sh") == "ALTER TABLE t ADD shop INT"
     assert retarget("ALTER TABLE t COMMENT 'myshop.x'", "shop", "sh") == "ALTER TABLE t COMMENT 'myshop.x'"
+
+
+def test_the_example_loads_and_every_capture_key_is_in_the_guide() -> None:
+    """docs/examples/capture.toml is a valid config, and docs/capture.md documents each key."""
+    root = Path(__file__).resolve().parents[2]
+    loaded = config.load(CaptureFile, root / "docs" / "examples" / "capture.toml")
+    assert loaded.capture.databases == ["shop"] and loaded.pump_client.strategy == "hash"
+    guide = (root / "docs" / "capture.md").read_text()
+    for name in vars(loaded.capture):
+        assert f"| `{name.replace('_', '-')}` |" in guide, name
