@@ -113,17 +113,30 @@ class WriteGate:
         refusal = self.refusal(prewrite)
         if refusal:
             return refusal
-        self._in_flight[prewrite] += 1
-        self._idle[prewrite].clear()
-        self.admitted += 1
-        metrics.WRITES_IN_FLIGHT.inc()
+        self.enter_many(int(prewrite), int(not prewrite))
         return ""
 
     def exit(self, prewrite: bool) -> None:
-        self._in_flight[prewrite] -= 1
-        metrics.WRITES_IN_FLIGHT.dec()
-        if self._in_flight[prewrite] == 0:
-            self._idle[prewrite].set()
+        self.exit_many(int(prewrite), int(not prewrite))
+
+    def enter_many(self, prewrites: int, others: int) -> None:
+        """Count writes in that :meth:`refusal` admitted just now (nothing awaited
+        since): one update per call instead of one per binlog."""
+        for prewrite, count in ((True, prewrites), (False, others)):
+            if count:
+                self._in_flight[prewrite] += count
+                self._idle[prewrite].clear()
+        self.admitted += prewrites + others
+        metrics.WRITES_IN_FLIGHT.inc(prewrites + others)
+
+    def exit_many(self, prewrites: int, others: int) -> None:
+        """The writes of :meth:`enter_many` are acknowledged or failed."""
+        for prewrite, count in ((True, prewrites), (False, others)):
+            if count:
+                self._in_flight[prewrite] -= count
+                if self._in_flight[prewrite] == 0:
+                    self._idle[prewrite].set()
+        metrics.WRITES_IN_FLIGHT.dec(prewrites + others)
 
     @contextlib.contextmanager
     def admit(self, prewrite: bool) -> Iterator[None]:

@@ -70,11 +70,13 @@ class TimestampGuard:
         physical = tso.physical_ms(self._high_water) + elapsed_ms + self._slack_ms
         return tso.compose(physical, tso.MAX_LOGICAL - 1)
 
-    def within(self, binlog: binlog_pb2.Binlog) -> bool:
-        """True when ``binlog`` passes every check against the cached bound."""
+    def within(self, binlog: binlog_pb2.Binlog, bound: int | None = None) -> bool:
+        """True when ``binlog`` passes every check against the cached bound (or
+        ``bound``, one :meth:`bound` taken for a whole call)."""
         if binlog.tp == _COMMIT and binlog.commit_ts <= binlog.start_ts:
             return False
-        bound = self.bound()
+        if bound is None:
+            bound = self.bound()
         return binlog.start_ts <= bound and binlog.commit_ts <= bound
 
     async def refusal(self, binlog: binlog_pb2.Binlog) -> str:

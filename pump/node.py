@@ -181,6 +181,13 @@ class PumpNode:
     def exit_write(self, prewrite: bool) -> None:
         self.writes.exit(prewrite)
 
+    def enter_writes(self, prewrites: int, others: int) -> None:
+        """Count writes :meth:`write_refusal` admitted just now (nothing awaited since)."""
+        self.writes.enter_many(prewrites, others)
+
+    def exit_writes(self, prewrites: int, others: int) -> None:
+        self.writes.exit_many(prewrites, others)
+
     def admit(self, prewrite: bool) -> contextlib.AbstractContextManager[None]:
         """``with node.admit(prewrite):`` around one write; raises :class:`WriteRefused`."""
         return self.writes.admit(prewrite)

@@ -4,8 +4,9 @@ Writes (``WriteBinlog``, ``WriteBinlogs``):
 
 - The request's ``clusterID`` must be this cluster's, else the whole call is
   answered with ``errmsg`` and nothing is looked at.
-- Each payload is parsed and checked (:func:`bridge.binlog.parse_binlog`,
-  deep: ``prewrite_value`` and ``ddl_schema_change`` too). A payload that
+- Each payload is parsed and checked (:func:`pump.checks.read_write_payload`:
+  :func:`bridge.binlog.parse_binlog`, deep: ``prewrite_value`` and
+  ``ddl_schema_change`` too, with a fast path for the usual shapes). A payload that
   fails gets its own errmsg naming the fault; the others of the call are
   stored. Only Prewrite, Commit and Rollback binlogs are stored; a fake
   binlog (a Rollback with ``commit_ts = start_ts``) is refused: only the pump
@@ -19,7 +20,8 @@ Writes (``WriteBinlog``, ``WriteBinlogs``):
   TSO's (:mod:`pump.guard`), and with ``FAILED_PRECONDITION`` when it is a
   Commit the pump would not deliver (:mod:`pump.storage.late_commits`); in
   ``WriteBinlogs`` each is the binlog's errmsg.
-- Every stored binlog is admitted by the node (:meth:`pump.node.PumpNode.enter_write`):
+- Every stored binlog is admitted by the node (:meth:`pump.node.PumpNode.write_refusal`,
+  then :meth:`~pump.node.PumpNode.enter_writes` for the call's admitted ones):
   a refused one gets the refusal as its errmsg. An empty errmsg means the
   binlog is durable.
 - When the storage fails to write what was admitted (closing, a failed
@@ -62,17 +64,11 @@ from typing import Any, Protocol
 
 import grpc
 
-from bridge.binlog import (
-    COMMIT_REFUSED_PREFIX,
-    PUMP_UNAVAILABLE_PREFIX,
-    BinlogType,
-    is_fake,
-    is_probe,
-    parse_binlog,
-)
+from bridge.binlog import COMMIT_REFUSED_PREFIX, PUMP_UNAVAILABLE_PREFIX, BinlogType, is_probe
 from bridge.errors import ProtocolError
 from bridge.proto import binlog_pb2, pump_pb2
 from pump import metrics
+from pump.checks import read_write_payload
 from pump.guard import REFUSAL_PREFIX, TimestampGuard
 from pump.storage import CommittedTxn, PullItem, StorageError, StorageFailed
 from pump.wire import BadRequest, lenient_parser, pack_responses, txn_entity, watermark_entity
@@ -89,13 +85,19 @@ PULL_MAX_BYTES = 4 << 20
 
 
 class WriteAdmission(Protocol):
-    """What the service asks the node before each write (:class:`pump.node.PumpNode`)."""
+    """What the service asks the node about writes (:class:`pump.node.PumpNode`).
+
+    The service asks :meth:`write_refusal` for each binlog and enters the
+    admitted ones with :meth:`enter_writes` before it awaits anything (so no
+    state change comes between), counted per kind; :meth:`exit_writes` once
+    the call's write is acknowledged or failed.
+    """
 
     def write_refusal(self, prewrite: bool) -> str: ...
 
-    def enter_write(self, prewrite: bool) -> str: ...
+    def enter_writes(self, prewrites: int, others: int) -> None: ...
 
-    def exit_write(self, prewrite: bool) -> None: ...
+    def exit_writes(self, prewrites: int, others: int) -> None: ...
 
 
 class BinlogStore(Protocol):
@@ -140,29 +142,14 @@ async def refuse_bad_request(request: object, context: grpc.aio.ServicerContext[
         await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.message)
 
 
-def read_write_payload(payload: bytes) -> binlog_pb2.Binlog:
-    """The binlog a producer sent, if a pump takes it; :class:`ProtocolError` naming the fault."""
-    binlog = parse_binlog(payload, deep=True)
-    if is_probe(binlog):
-        return binlog
-    if binlog.tp not in _KINDS:
-        name = BinlogType.Name(binlog.tp)
-        raise ProtocolError(f"binlog type {name} (start_ts {binlog.start_ts}) is not stored by a pump")
-    if binlog.tp == _ROLLBACK and is_fake(binlog):
-        raise ProtocolError(
-            f"a Rollback with commit_ts = start_ts ({binlog.start_ts}) is a fake binlog; "
-            "only a pump writes those"
-        )
-    return binlog
-
-
 class _Accepted:
     """The binlogs of one call admitted for storing, and their positions in the call."""
 
     def __init__(self) -> None:
         self.positions: list[int] = []
         self.binlogs: list[tuple[binlog_pb2.Binlog, bytes]] = []
-        self.prewrites: list[bool] = []
+        self.prewrites = 0  # entered into the admission, by kind
+        self.others = 0
         self.error: StorageError | None = None  # the storage failed to write them
 
 
@@ -279,6 +266,10 @@ class PumpService:
         self, payloads: Sequence[bytes], errmsgs: list[str], tally: Counter[tuple[str, str]]
     ) -> _Accepted:
         accepted = _Accepted()
+        guard = self._guard
+        bound = guard.bound() if guard is not None else 0  # grows with time: an older one is stricter
+        refusals: dict[bool, str] = {}  # the admission's answer per kind, until the next await
+        entering = [0, 0]  # admitted, not yet entered: others, Prewrites
         for position, payload in enumerate(payloads):
             try:
                 binlog = read_write_payload(payload)
@@ -289,21 +280,36 @@ class PumpService:
             if is_probe(binlog):
                 errmsgs[position] = self._probe_refusal()
                 continue
-            guard = self._guard
-            if guard is not None and not guard.within(binlog) and (refusal := await guard.refusal(binlog)):
-                errmsgs[position] = refusal
-                tally[_KINDS[binlog.tp], "refused"] += 1
-                continue
+            if guard is not None and not guard.within(binlog, bound):
+                self._enter(accepted, entering)  # before awaiting: a pause may begin meanwhile
+                refusals.clear()
+                out_of_bounds = await guard.refusal(binlog)
+                bound = guard.bound()
+                if out_of_bounds:
+                    errmsgs[position] = out_of_bounds
+                    tally[_KINDS[binlog.tp], "refused"] += 1
+                    continue
             prewrite = binlog.tp == _PREWRITE
-            refusal = self._admission.enter_write(prewrite)
+            refusal = refusals.get(prewrite)
+            if refusal is None:
+                refusal = refusals[prewrite] = self._admission.write_refusal(prewrite)
             if refusal:
                 errmsgs[position] = refusal
                 tally[_KINDS[binlog.tp], "refused"] += 1
                 continue
+            entering[prewrite] += 1
             accepted.positions.append(position)
             accepted.binlogs.append((binlog, payload))
-            accepted.prewrites.append(prewrite)
+        self._enter(accepted, entering)
         return accepted
+
+    def _enter(self, accepted: _Accepted, entering: list[int]) -> None:
+        others, prewrites = entering
+        if others or prewrites:
+            self._admission.enter_writes(prewrites, others)
+            accepted.prewrites += prewrites
+            accepted.others += others
+            entering[:] = [0, 0]
 
     async def _store(self, accepted: _Accepted, errmsgs: list[str]) -> list[str]:
         """Store the admitted binlogs; returns each one's result (ok, invalid, error)
@@ -344,8 +350,7 @@ class PumpService:
         log.error("writing binlogs failed: %s", exc)
 
     def _finish(self, write: asyncio.Future[list[str]], accepted: _Accepted) -> None:
-        for prewrite in accepted.prewrites:
-            self._admission.exit_write(prewrite)
+        self._admission.exit_writes(accepted.prewrites, accepted.others)
         if not write.cancelled() and write.exception() is not None:
             metrics.ERRORS.labels("storage").inc()
 

@@ -28,15 +28,13 @@ class Admission:
     def write_refusal(self, prewrite: bool) -> str:
         return self.refusal
 
-    def enter_write(self, prewrite: bool) -> str:
-        if self.refusal:
-            return self.refusal
-        self.in_flight += 1
-        self.entered += 1
-        return ""
+    def enter_writes(self, prewrites: int, others: int) -> None:
+        assert not self.refusal, "entered writes it refuses"
+        self.in_flight += prewrites + others
+        self.entered += prewrites + others
 
-    def exit_write(self, prewrite: bool) -> None:
-        self.in_flight -= 1
+    def exit_writes(self, prewrites: int, others: int) -> None:
+        self.in_flight -= prewrites + others
 
 
 class Store:
