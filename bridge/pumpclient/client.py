@@ -63,10 +63,10 @@ def _report_unexpected_end(task: asyncio.Task[None]) -> None:
 class _Attempts:
     """Deadline, backoff and the last error of each pump tried, for one binlog."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, config: PumpClientConfig) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, config: PumpClientConfig, deadline: float) -> None:
         self._loop = loop
         self._config = config
-        self.deadline = loop.time() + config.write_timeout
+        self.deadline = deadline
         self._backoff: Backoff | None = None  # made on the first pause: most binlogs never pause
         self.errors: dict[str, str] = {}
 
@@ -216,21 +216,25 @@ class AsyncPumpsClient:
     async def _write_first_phase(
         self, pool: PumpPool, tp: int, start_ts: int, payload: bytes, kind: str
     ) -> None:
-        attempts = _Attempts(asyncio.get_running_loop(), self.config)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.config.write_timeout
+        attempts: _Attempts | None = None  # made on the first failure: most binlogs never fail
         candidates = pool.prewrite_candidates(start_ts)
         while True:
             for node in candidates:
-                remaining = attempts.remaining()
+                remaining = deadline - loop.time()
                 if remaining <= 0:
                     break
                 try:
                     await node.write(payload, kind, remaining)
                 except PumpUnavailable as exc:
+                    attempts = attempts or _Attempts(loop, self.config, deadline)
                     attempts.failed(node, exc)
                     continue
                 if tp == _PREWRITE:
                     self._routes.remember(start_ts, node.node_id)
                 return
+            attempts = attempts or _Attempts(loop, self.config, deadline)
             if not await attempts.pause():
                 raise NoPumpAvailable(
                     f"no pump took the {kind} binlog of start_ts {start_ts} within "
@@ -246,18 +250,22 @@ class AsyncPumpsClient:
             )
             candidates = pool.prewrite_candidates(start_ts)
             node_id = candidates[0].node_id if candidates else ""
-        attempts = _Attempts(asyncio.get_running_loop(), self.config)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.config.write_timeout
+        attempts: _Attempts | None = None  # made on the first failure: most binlogs never fail
         while True:
             node = pool.get(node_id)
-            remaining = attempts.remaining()
-            if node is None:
-                attempts.errors[node_id or "(none)"] = "not in the pump registry"
-            elif remaining > 0:
+            remaining = deadline - loop.time()
+            if node is not None and remaining > 0:
                 try:
                     await node.write(payload, kind, remaining)
                     return
                 except PumpUnavailable as exc:
+                    attempts = attempts or _Attempts(loop, self.config, deadline)
                     attempts.failed(node, exc)
+            attempts = attempts or _Attempts(loop, self.config, deadline)
+            if node is None:
+                attempts.errors[node_id or "(none)"] = "not in the pump registry"
             if not await attempts.pause():
                 break
         metrics.COMMIT_UNSENT.inc()
