@@ -1,7 +1,7 @@
 """The Spark index job over the registry encoding (Confluent wire format) end to end:
 `binlog-bridge load` → three pumps → the drainer with the kafka sink and a schema registry → the
-real broker → the index job (available-now, the run's SparkSession) → ``bridge.diff`` of the index
-against the upstream: equal.
+real broker → the index job and the snapshot job (available-now, the run's SparkSession) →
+``bridge.diff`` of the index and of the snapshot's Parquet against the upstream: equal.
 
 What is possible here: the drainer runs in this process with confluent-kafka's ``mock://``
 registry (as in test_kafka_registry_e2e.py: there is no Schema Registry server on this machine),
@@ -29,12 +29,12 @@ from tests.e2e.test_kafka_registry_e2e import (  # noqa: F401 (fixtures used by 
 from tests.e2e.test_pipeline import LOAD_TABLES, run_load
 from tests.e2e.test_spark_e2e import assert_found_by_key, job
 from tests.support.spark_registry import http_registry
-from tests.support.spark_sources import IndexSource, assert_equal_to_upstream
+from tests.support.spark_sources import IndexSource, SnapshotSource, assert_equal_to_upstream
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.timeout(420)]
 
 
-def test_registry_encoded_topics_index_equal_to_the_upstream(
+def test_registry_encoded_topics_index_and_snapshot_equal_to_the_upstream(
     spark: Any,
     cluster: Any,  # noqa: F811
     drainer: DrainerThread,  # noqa: F811
@@ -51,6 +51,10 @@ def test_registry_encoded_topics_index_equal_to_the_upstream(
         config = job("index", kafka_bootstrap, unique_name, tmp_path, "index", available_now=True,
                      schema_registry_url=url)  # fmt: skip
         assert run(spark, config) == 0
+        snapshot = job("snapshot", kafka_bootstrap, unique_name, tmp_path, "snapshot", available_now=True,
+                       schema_registry_url=url)  # fmt: skip
+        assert run(spark, snapshot) == 0
     drainer.stop()
     assert_equal_to_upstream(upstream, IndexSource(tmp_path / "index"), LOAD_TABLES)
     assert assert_found_by_key(upstream, tmp_path / "index") > 0
+    assert_equal_to_upstream(upstream, SnapshotSource(tmp_path / "snapshot"), LOAD_TABLES)
