@@ -81,10 +81,9 @@ def _ts_of(payload: bytes) -> int:
     return max(start_ts, commit_ts)
 
 
-def _check(binlog: binlog_pb2.Binlog) -> None:
+def _check(tp: int, start_ts: int, commit_ts: int) -> None:
     """What the storage relies on (the server's parse_binlog checks the rest):
     a stored type and timestamps that fit it. Plain ints: this runs per binlog."""
-    tp, start_ts, commit_ts = binlog.tp, binlog.start_ts, binlog.commit_ts
     if tp == PREWRITE:
         problem = "" if start_ts > 0 and commit_ts == 0 else "a Prewrite needs start_ts > 0 and no commit_ts"
     elif tp == COMMIT:
@@ -210,10 +209,11 @@ class Storage:
         """
         records: list[Record] = []
         for binlog, payload in binlogs:
-            if binlog.start_ts == 0 and binlog.commit_ts == 0:
+            tp, start_ts, commit_ts = binlog.tp, binlog.start_ts, binlog.commit_ts  # each read once
+            if start_ts == 0 and commit_ts == 0:
                 continue  # a probe
-            _check(binlog)
-            records.append((payload, binlog.tp, binlog.start_ts, binlog.commit_ts))
+            _check(tp, start_ts, commit_ts)
+            records.append((payload, tp, start_ts, commit_ts))
         if not records:
             return
         self._check_open()
