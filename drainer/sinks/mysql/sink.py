@@ -54,13 +54,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from bridge.config import build
 from bridge.errors import ProtocolError
 from bridge.proto import row_pb2
+from bridge.rowcodec import RowCodec
 from bridge.sink.contract import Sink, SinkContext
 from bridge.sink.errors import SinkError, SinkUnavailable
 from bridge.sink.events import DDLEvent, Event, ResolvedEvent, TxnEvent
@@ -74,11 +75,7 @@ from drainer.sinks.mysql.translate import Table, Tables
 from drainer.sinks.mysql.wire import WireOp, sparse_keys, unfit
 from drainer.sinks.mysql.workers import DB_ERRORS, Slot, Worker, WorkerPool
 
-if TYPE_CHECKING:
-    from drainer.sync.builder import RawChange
-
 log = logging.getLogger(__name__)
-
 
 
 class MySQLSink(Sink):
@@ -225,10 +222,16 @@ class MySQLSink(Sink):
         )
 
     def _dispatch(self, event: TxnEvent) -> None:
+        """Route and buffer ``event``'s changes. With worker processes, a keyed row is routed by its
+        key columns alone (:func:`~drainer.sinks.mysql.wire.sparse_keys`) and buffered as a
+        :data:`~drainer.sinks.mysql.wire.WireOp` (its images as the codec's bytes): the children
+        decode and plan it. Keyless rows are decoded here (their worker is a thread here)."""
         raw = getattr(event.decode, "raw", None) if self.processes else None
-        if raw is not None:  # keyed rows go to the worker processes undecoded
-            self._dispatch_raw(event, raw)
-            return
+        changes: Iterator[tuple[str, row_pb2.TableSchema, Any, Any, RowCodec | None]]
+        if raw is not None:
+            changes = raw()
+        else:
+            changes = ((c.kind, c.table, c.before, c.after, None) for c in event.changes())
         commit_ts = event.commit_ts
         safe = self._begin_txn(commit_ts)
         keyless_worker = len(self._pool.buffers) - 1
@@ -238,72 +241,43 @@ class MySQLSink(Sink):
         table: Table | None = None
         serial: Key | None = None
         dispatched = 0
-        for change in event.changes():
-            if change.table is not schema:
-                schema = change.table
-                table = self._table(schema)
-                serial = table.keys.serial if self.config.serial_unique_tables else None
-            assert table is not None
-            if not table.writer.keyed:
-                seq += 1
-                if (commit_ts, seq) <= keyless_done:
-                    metrics.SKIPPED.labels("keyless_row").inc()
-                    continue
-                target = keyless_worker
-                op = Op(change.kind, table.writer, change.before, change.after, commit_ts, False, seq)
-            else:
-                keys = table.keys.keys(change.before, change.after)
-                routed = self._route(keys if serial is None else (serial, *keys))  # causality: serial
-                if routed is None:
-                    return
-                target = routed
-                op = Op(change.kind, table.writer, change.before, change.after, commit_ts, safe, 0, keys)
-            if not self._buffer(target, op):
-                return
-            dispatched += 1
-        self.rows_dispatched += dispatched
-
-    def _dispatch_raw(self, event: TxnEvent, raw: Callable[[], Iterator[RawChange]]) -> None:
-        """:meth:`_dispatch` for worker processes: a keyed row is routed by its key columns alone
-        and buffered as a :data:`~drainer.sinks.mysql.wire.WireOp` (its images as the codec's
-        bytes); the children decode and plan it. Keyless rows are decoded here, as there."""
-        commit_ts = event.commit_ts
-        safe = self._begin_txn(commit_ts)
-        keyless_worker = len(self._pool.buffers) - 1
-        keyless_done = self._keyless_done
-        seq = 0
-        schema: row_pb2.TableSchema | None = None
-        table: Table | None = None
-        serial: Key | None = None
-        dispatched = 0
+        item: Op | WireOp
         try:
-            for kind, codec, before, after in raw():
-                if codec.schema is not schema:
-                    schema = codec.schema
+            for kind, change_schema, before, after, codec in changes:
+                if change_schema is not schema:
+                    schema = change_schema
                     table = self._table(schema)
                     serial = table.keys.serial if self.config.serial_unique_tables else None
                 assert table is not None
-                item: Op | WireOp
                 if not table.writer.keyed:
                     seq += 1
                     if (commit_ts, seq) <= keyless_done:
                         metrics.SKIPPED.labels("keyless_row").inc()
                         continue
                     target = keyless_worker
-                    old = None if before is None else codec.decode(before)
-                    new = None if after is None else codec.decode(after)
-                    item = Op(kind, table.writer, old, new, commit_ts, False, seq)
+                    if codec is not None:
+                        before = None if before is None else codec.decode(before)
+                        after = None if after is None else codec.decode(after)
+                    item = Op(kind, table.writer, before, after, commit_ts, False, seq)
                 else:
-                    keys = sparse_keys(table, codec, before, after)
-                    routed = self._route(keys if serial is None else (serial, *keys))
+                    if codec is None:
+                        keys = table.keys.keys(before, after)
+                    else:
+                        keys = sparse_keys(table, codec, before, after)
+                    routed = self._route(keys if serial is None else (serial, *keys))  # causality: serial
                     if routed is None:
                         return
                     target = routed
-                    item = (table.number, kind, before, after, commit_ts, safe)
+                    if codec is None:
+                        item = Op(kind, table.writer, before, after, commit_ts, safe, 0, keys)
+                    else:
+                        item = (table.number, kind, before, after, commit_ts, safe)
                 if not self._buffer(target, item):
                     return
                 dispatched += 1
         except ProtocolError as exc:
+            if raw is None:  # changes() named the commit_ts already
+                raise
             raise ProtocolError(unfit(commit_ts, exc)) from None
         self.rows_dispatched += dispatched
 
@@ -459,7 +433,7 @@ class MySQLSink(Sink):
 
     def _where_workers(self) -> str:
         auto = self.config.worker_processes == "auto"
-        how = f' (worker-processes = "auto", {usable_cores()} cores)' if auto else ""
+        how = f', worker-processes = "auto" on {usable_cores()} cores' if auto else ""
         return (f"in {self.processes} processes" if self.processes else "threads") + how
 
     def _apply_ddl(self, event: DDLEvent) -> None:
