@@ -38,7 +38,7 @@ shows what those cost.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from bridge.binlog import BinlogType
@@ -48,7 +48,7 @@ from bridge.sink.schema import SchemaTracker
 from drainer.collect.merger import PulledTxn
 from drainer.collect.pull import scan_header
 from drainer.sinks.mysql.batch import Op, units
-from drainer.sinks.mysql.causality import Causality
+from drainer.sinks.mysql.causality import Causality, Key
 from drainer.sinks.mysql.translate import Tables
 from drainer.sinks.mysql.wire import ChildTables, WireOp, sparse_keys
 from drainer.sync.builder import EventBuilder, RawChange
@@ -168,12 +168,7 @@ def plan_changes(
         for change in event_changes:
             table = tables.get(change.table)
             keys = table.keys.keys(change.before, change.after)
-            route = keys if table.keys.serial is None else (table.keys.serial, *keys)
-            target = causality.route(route)
-            if target is None:
-                causality.reset()
-                target = causality.route(route)
-                assert target is not None
+            target = route_keys(causality, keys if table.keys.serial is None else (table.keys.serial, *keys))
             buffer = buffers[target]
             buffer.append(
                 Op(change.kind, table.writer, change.before, change.after, event.commit_ts, False, 0, keys)
@@ -188,9 +183,19 @@ def plan_changes(
     return rows
 
 
+def route_keys(causality: Causality, keys: Sequence[Key]) -> int:
+    """The worker for ``keys``; a conflict resets the keys, as the flush the sink would make."""
+    target = causality.route(keys)
+    if target is None:
+        causality.reset()
+        target = causality.route(keys)
+        assert target is not None
+    return target
+
+
 def txns_schema(events: list[TxnEvent]) -> row_pb2.TableSchema:
     """The bench table's schema, as the events' rows are encoded with."""
-    return next(raw(events[0]))[1].schema
+    return next(raw(events[0]))[1]
 
 
 def raw(event: TxnEvent) -> Iterator[RawChange]:
@@ -205,14 +210,9 @@ def route_raw(events: list[TxnEvent], worker_count: int, batch_rows: int, out: l
     buffers: list[list[WireOp]] = [[] for _ in range(worker_count)]
     rows = 0
     for event in events:
-        for kind, codec, before, after in raw(event):
-            table = tables.get(codec.schema)
-            keys = sparse_keys(table, codec, before, after)
-            target = causality.route(keys)
-            if target is None:
-                causality.reset()
-                target = causality.route(keys)
-                assert target is not None
+        for kind, schema, before, after, codec in raw(event):
+            table = tables.get(schema)
+            target = route_keys(causality, sparse_keys(table, codec, before, after))
             buffer = buffers[target]
             buffer.append((1, kind, before, after, event.commit_ts, False))
             if len(buffer) >= batch_rows:

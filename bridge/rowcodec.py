@@ -147,17 +147,7 @@ class RowCodec:
         column, when one is at fault) for anything that is not a well-formed
         row of this table.
         """
-        try:
-            row = _Row.FromString(data)
-        except DecodeError as exc:
-            raise ProtocolError(f"table {self._table}: row image is not a bridge.row.Row: {exc}") from None
-        datums: Sequence[Any] = row.values
-        # Rows this codec wrote start with its column_ids header; comparing bytes
-        # is cheaper than comparing the parsed ids.
-        if not (data.startswith(self._header) and len(row.column_ids) == len(self._ids)):
-            datums = self._in_schema_order(row)
-        elif len(datums) != len(self._ids):
-            raise ProtocolError(f"table {self._table}: row has {len(datums)} values for {len(self._ids)} ids")
+        datums = self._datums(data)
         out: list[object] = []
         append = out.append
         label = ""
@@ -190,15 +180,7 @@ class RowCodec:
         The whole row is still parsed and checked as :meth:`decode` checks it, except the datums
         of the columns not asked for.
         """
-        try:
-            row = _Row.FromString(data)
-        except DecodeError as exc:
-            raise ProtocolError(f"table {self._table}: row image is not a bridge.row.Row: {exc}") from None
-        datums: Sequence[Any] = row.values
-        if not (data.startswith(self._header) and len(row.column_ids) == len(self._ids)):
-            datums = self._in_schema_order(row)
-        elif len(datums) != len(self._ids):
-            raise ProtocolError(f"table {self._table}: row has {len(datums)} values for {len(self._ids)} ids")
+        datums = self._datums(data)
         out: list[object] = [None] * len(self._ids)
         for i in positions:
             datum, kind, convert = datums[i], self._kinds[i], self._converters[i]
@@ -219,6 +201,21 @@ class RowCodec:
     def decode_named(self, data: bytes) -> dict[str, object]:
         """Like :meth:`decode`, keyed by column name."""
         return dict(zip(self._names, self.decode(data), strict=True))
+
+    def _datums(self, data: bytes) -> Sequence[Any]:
+        """The datums of row image ``data`` in schema column order (parsed, not converted)."""
+        try:
+            row = _Row.FromString(data)
+        except DecodeError as exc:
+            raise ProtocolError(f"table {self._table}: row image is not a bridge.row.Row: {exc}") from None
+        datums: Sequence[Any] = row.values
+        # Rows this codec wrote start with its column_ids header; comparing bytes
+        # is cheaper than comparing the parsed ids.
+        if not (data.startswith(self._header) and len(row.column_ids) == len(self._ids)):
+            datums = self._in_schema_order(row)
+        elif len(datums) != len(self._ids):
+            raise ProtocolError(f"table {self._table}: row has {len(datums)} values for {len(self._ids)} ids")
+        return datums
 
     def _in_schema_order(self, row: row_pb2.Row) -> list[row_pb2.Datum]:
         ids = list(row.column_ids)

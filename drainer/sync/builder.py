@@ -38,7 +38,7 @@ from prometheus_client import Counter
 
 from bridge.binlog import MutationType, iter_changes, parse_binlog, read_schema_change
 from bridge.errors import ProtocolError, UserError
-from bridge.proto import binlog_pb2
+from bridge.proto import binlog_pb2, row_pb2
 from bridge.rowcodec import RowCodec
 from bridge.sink.events import ChangeKind, DDLEvent, Event, RowChange, TxnEvent
 from bridge.sink.schema import SchemaTracker, SchemaTrackError
@@ -120,7 +120,8 @@ def decode_changes(
         ) from None
 
 
-RawChange = tuple[ChangeKind, RowCodec, bytes | None, bytes | None]
+# kind, the table's schema (the codec's), the images as the codec's bytes, the codec
+RawChange = tuple[ChangeKind, row_pb2.TableSchema, bytes | None, bytes | None, RowCodec]
 
 
 def raw_changes(
@@ -133,8 +134,9 @@ def raw_changes(
         for mutation in value.mutations:
             codec = codecs.get(mutation.table_id)
             if codec is not None:
+                schema = codec.schema
                 for change in iter_changes(mutation):
-                    yield _KINDS[change.kind], codec, change.before, change.after
+                    yield _KINDS[change.kind], schema, change.before, change.after, codec
     except DecodeError as exc:
         raise ProtocolError(
             f"commit_ts {commit_ts}: prewrite_value is not a PrewriteValue ({exc}); {skip_hint(commit_ts)}"
