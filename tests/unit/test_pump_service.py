@@ -24,12 +24,14 @@ class Admission:
         self.refusal = refusal
         self.in_flight = 0
         self.entered = 0
+        self.enter_calls: list[tuple[int, int]] = []
 
     def write_refusal(self, prewrite: bool) -> str:
         return self.refusal
 
     def enter_writes(self, prewrites: int, others: int) -> None:
         assert not self.refusal, "entered writes it refuses"
+        self.enter_calls.append((prewrites, others))
         self.in_flight += prewrites + others
         self.entered += prewrites + others
 
@@ -90,6 +92,21 @@ def test_admitted_binlogs_are_stored_refused_and_probes_are_not() -> None:
     run(scenario, admission, store)
     assert [(b.tp, b.start_ts) for b in store.stored] == [(0, 10), (1, 10)]
     assert admission.entered == 2 and admission.in_flight == 0
+
+
+def test_a_call_enters_its_admitted_binlogs_once_counted_by_kind() -> None:
+    store, admission = Store(), Admission()
+    binlogs = [prewrite(ts, []) for ts in range(10, 40, 2)] + [commit(ts, ts + 1) for ts in range(10, 30, 2)]
+
+    async def scenario(stub: Any, service: PumpService) -> None:
+        answer = await stub.WriteBinlogs(
+            batch(*binlogs, Binlog(tp=binlog_pb2.Commit, start_ts=5, commit_ts=5))
+        )
+        assert list(answer.errmsgs)[:-1] == [""] * len(binlogs) and answer.errmsgs[-1]
+
+    run(scenario, admission, store)
+    assert admission.enter_calls == [(15, 10)] and admission.in_flight == 0
+    assert len(store.stored) == 25
 
 
 @pytest.mark.parametrize("error", [StorageClosed("the storage is closing"), StorageFailed("fsync failed")])
