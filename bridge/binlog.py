@@ -212,7 +212,7 @@ def binlog_problem(binlog: binlog_pb2.Binlog, *, deep: bool = True) -> str | Non
     tp = _binlog_type(binlog)
     if tp is None:
         values = _unknown_values(binlog, Binlog.TP_FIELD_NUMBER)
-        return f"unknown binlog type {', '.join(map(str, values))}"
+        return f"unknown binlog type {', '.join(map(_describe_unknown, values))}"
     if is_probe(binlog):
         return None
     problem = _timestamp_problem(binlog, tp) or _ddl_problem(binlog, tp)
@@ -241,6 +241,15 @@ def _unknown_values(message: Message, field_number: int) -> list[object]:
     unknown = UnknownFieldSet(message)
     fields = (unknown[i] for i in range(len(unknown)))
     return [f.data for f in fields if f.field_number == field_number]
+
+
+def _describe_unknown(value: object) -> str:
+    """An unknown field's value for an error message: numbers as they are, other wire types by kind."""
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, bytes):
+        return f"({len(value)} bytes, not a number)"
+    return "(a group, not a number)"
 
 
 def _timestamp_problem(binlog: binlog_pb2.Binlog, tp: int) -> str | None:
@@ -300,7 +309,7 @@ def mutation_problem(mutation: binlog_pb2.TableMutation) -> str | None:
     if len(UnknownFieldSet(mutation)):
         unknown = _unknown_values(mutation, mutation.SEQUENCE_FIELD_NUMBER)
         if unknown:
-            return f"sequence holds unknown mutation type {unknown[0]}"
+            return f"sequence holds unknown mutation type {_describe_unknown(unknown[0])}"
     for kind, expected in rows:
         found = sequence.count(kind)
         if found != expected:

@@ -126,6 +126,9 @@ def prewrite_value(mutation: binlog_pb2.TableMutation) -> bytes:
         (b"\x08", "payload is not a binlog.Binlog"),
         (b"\x2a\x05ab", "payload is not a binlog.Binlog"),
         (bytes([0x08, 99, 0x10, 5]), "unknown binlog type 99"),
+        # field 1 with another wire type: named by kind, not by an object's repr
+        (bytes([0x0A, 0x02, 0x61, 0x62, 0x10, 5]), r"unknown binlog type \(2 bytes, not a number\)$"),
+        (bytes([0x0B, 0x0C, 0x10, 5]), r"unknown binlog type \(a group, not a number\)$"),
         (
             serialized(tp=binlog_pb2.Commit, start_ts=5),
             r"a Commit needs commit_ts > start_ts, got commit_ts 0",
