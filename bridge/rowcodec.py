@@ -184,8 +184,13 @@ class RowCodec:
         out: list[object] = [None] * len(self._ids)
         for i in positions:
             datum, kind, convert = datums[i], self._kinds[i], self._converters[i]
-            got = datum.WhichOneof("value")
             try:
+                if self._scalar[i]:  # decode's fast path: a truthy scalar proves the oneof
+                    value = getattr(datum, kind)
+                    if value:
+                        out[i] = value if convert is None else convert(value)
+                        continue
+                got = datum.WhichOneof("value")
                 if got == kind:
                     value = getattr(datum, kind)
                     out[i] = value if convert is None else convert(value)
