@@ -429,6 +429,46 @@ def test_killed_connections_mid_run_are_retried_and_the_rows_are_right(down: Dow
     assert down.query(f"SELECT a, b FROM `{down.db}`.n ORDER BY a") == keyless
 
 
+def test_a_crash_between_a_ddl_and_its_applied_row_skips_the_events_before_it(down: Downstream) -> None:
+    """SIGKILL while a DROP COLUMN runs: the server finishes it, its "applied" progress row is never
+    written. The restarted sink must not replay the rows before it (their images name the dropped
+    column): the DDL's "started" row proves them applied, and the DDL runs again (IF EXISTS)."""
+    stream = EventStream()
+    db, name = down.db, f"{down.db}.t"
+    schema = table_schema(db, "t", [("id", T.INT), ("v", T.VARCHAR), ("gone", T.INT)], key=["id"])
+    events: list[Event] = [stream.create(schema), stream.inserts(name, [(i, f"v{i}", i) for i in range(20)])]
+    events.append(stream.txn([("update", name, (i, f"v{i}", i), (i, f"w{i}", -i)) for i in range(5)]))
+    schema = stream.schema(db, "t")
+    del schema.columns[2]
+    events.append(stream.alter(schema))
+    events.append(stream.inserts(name, [(100, "after")]))
+    first = down.sink()
+    try:
+        assert apply(first, events[:4]) == events[3].commit_ts
+    finally:
+        first.close()
+    # The crash: the DDL ran downstream, its "applied" row still names the CREATE (worker -2).
+    down.execute(
+        f"UPDATE `{down.progress}`.sink_progress SET commit_ts = {events[0].commit_ts} "
+        f"WHERE cluster_id = {down.cluster_id} AND worker = -2"
+    )
+    again = down.sink(resume_ts=events[0].commit_ts)  # the checkpoint was still at the CREATE
+    try:
+        for event in events[1:]:
+            again.write([event])
+        assert again.flush() == events[-1].commit_ts
+    finally:
+        again.close()
+    expected = [(i, f"w{i}" if i < 5 else f"v{i}") for i in range(20)] + [(100, "after")]
+    assert down.query(f"SELECT id, v FROM `{db}`.t ORDER BY id") == expected
+    columns = down.query(
+        "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = 't' "
+        "ORDER BY ORDINAL_POSITION",
+        (db,),
+    )
+    assert columns == [("id",), ("v",)]
+
+
 def test_a_keyless_table_redelivered_after_a_crash_is_not_duplicated(down: Downstream) -> None:
     stream = EventStream()
     ddl = keyed_and_keyless(stream, down.db)

@@ -3,8 +3,12 @@
 ``<progress-schema>.sink_progress`` holds one row per (cluster, worker):
 the keyed workers' last committed commit_ts (what a replay must cover in
 safe mode), the keyless worker's ``(commit_ts, seq)`` (keyless changes at or
-below it are skipped: applied exactly once), and the last DDL applied (which
-also proves every earlier event applied). The control connection is
+below it are skipped: applied exactly once), the last DDL applied, and the
+last DDL started (written before its statements run). A DDL starts only once
+every earlier event committed, so either row proves every event before it
+applied: a restart after a crash between a DDL and its "applied" row skips
+the events before it (their images may name columns the DDL dropped) and
+runs the DDL again (replay-safe on MariaDB: ``IF [NOT] EXISTS``). The control connection is
 autocommit and idles between DDLs, so it is pinged before each use.
 """
 
@@ -24,6 +28,7 @@ log = logging.getLogger(__name__)
 Change = row_pb2.SchemaChange
 KEYLESS_WORKER = -1  # progress row of the keyless path
 DDL_WORKER = -2  # progress row of DDLs
+DDL_STARTED_WORKER = -3  # progress row of the last DDL whose statements were sent
 
 
 @dataclass(frozen=True)
@@ -33,6 +38,7 @@ class Progress:
     keyless_done: tuple[int, int] = (0, 0)  # (commit_ts, seq) of the last keyless change
     ddl_done: int = 0  # commit_ts of the last DDL
     keyed_high: int = 0  # highest commit_ts a keyed worker committed
+    ddl_started: int = 0  # commit_ts of the last DDL whose statements were sent (maybe not applied)
 
 
 class Control:
@@ -101,15 +107,17 @@ class Control:
                 (cluster_id,),
             )
             rows = cur.fetchall()
-        keyless, ddl, keyed = (0, 0), 0, 0
+        keyless, ddl, keyed, started = (0, 0), 0, 0, 0
         for worker, commit_ts, seq in rows:
             if worker == KEYLESS_WORKER:
                 keyless = (int(commit_ts), int(seq))
             elif worker == DDL_WORKER:
                 ddl = int(commit_ts)
+            elif worker == DDL_STARTED_WORKER:
+                started = int(commit_ts)
             else:
                 keyed = max(keyed, int(commit_ts))
-        return Progress(keyless, ddl, keyed)
+        return Progress(keyless, ddl, keyed, started)
 
     def run_ddl(
         self, event: DDLEvent, cluster_id: int, errors: tuple[type[BaseException], ...]
@@ -134,6 +142,9 @@ class Control:
         try:
             conn = self.conn(errors)
             with conn.cursor() as cur:
+                # Recorded first: a crash while the statements run (the server finishes a DDL whose
+                # client died) or before the row below leaves proof that everything earlier applied.
+                cur.execute(self.progress_sql(), (cluster_id, DDL_STARTED_WORKER, event.commit_ts, 0))
                 for statement in statements:
                     cur.execute(statement)
                 cur.execute(self.progress_sql(), (cluster_id, DDL_WORKER, event.commit_ts, 0))

@@ -110,7 +110,7 @@ class MySQLSink(Sink):
         self._replay_high = 0  # safe mode for events at or below this
         self._safe_until = 0.0
         self._keyless_done: tuple[int, int] = (0, 0)
-        self._ddl_done = 0
+        self._ddl_done = self._ddl_started = 0
         self._reload_progress = False
         self._failure: SinkError | None = None
         self._opened = False
@@ -139,13 +139,16 @@ class MySQLSink(Sink):
         except DB_ERRORS as exc:
             self._control.drop()
             raise translate_error(exc, f"mysql sink: open {self.dsn.redacted()}") from exc
-        # A DDL runs only once every earlier event is committed, so its progress row proves them applied.
-        start = max(resume_ts, self._ddl_done)
+        # A DDL starts only once every earlier event is committed, so its progress rows prove them
+        # applied; one started and not recorded as applied (a crash) runs again: start just below it.
+        start = max(resume_ts, self._ddl_done, self._ddl_started - 1)
         if start > resume_ts:
             log.info(
-                "mysql sink: the downstream applied every event up to the DDL at commit_ts %d; "
-                "events up to it are skipped",
+                "mysql sink: the downstream applied every event up to commit_ts %d (DDL progress: "
+                "applied %d, started %d); events up to it are skipped",
                 start,
+                self._ddl_done,
+                self._ddl_started,
             )
         self._committed = self._complete = self._dispatched_high = start
         self._safe_until = time.monotonic() + self.config.safe_mode_duration
@@ -386,6 +389,7 @@ class MySQLSink(Sink):
     def _take_progress(self, conn: Any) -> None:
         progress = self._control.load(conn, self.cluster_id)
         self._keyless_done, self._ddl_done = progress.keyless_done, progress.ddl_done
+        self._ddl_started = progress.ddl_started
         self._replay_high = max(self._replay_high, progress.keyed_high)
 
     def _reload(self) -> bool:
