@@ -28,8 +28,12 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from bridge.proto import row_pb2
+from bridge.rowcodec import RowCodec
 
 ChangeKind = Literal["insert", "update", "delete"]
+# One row change undecoded: kind, the table's schema, the before and after images as the row
+# codec's bytes, and the codec that decodes them.
+RawChange = tuple[ChangeKind, row_pb2.TableSchema, bytes | None, bytes | None, RowCodec]
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +62,10 @@ class TxnEvent:
     # not fit its schema.
     decode: Callable[[], Iterator[RowChange]] = field(repr=False)
     row_count: int = 0
+    # The same changes undecoded, where the rows come straight from the binlog (the drainer's
+    # EventBuilder); None where they were made or renamed on the way (routing, consume). For a
+    # sink that hands rows to other processes undecoded (the MySQL sink's worker processes).
+    raw: Callable[[], Iterator[RawChange]] | None = field(default=None, repr=False)
 
     def changes(self) -> Iterator[RowChange]:
         return self.decode()

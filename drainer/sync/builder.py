@@ -38,9 +38,9 @@ from prometheus_client import Counter
 
 from bridge.binlog import MutationType, iter_changes, parse_binlog, read_schema_change
 from bridge.errors import ProtocolError, UserError
-from bridge.proto import binlog_pb2, row_pb2
+from bridge.proto import binlog_pb2
 from bridge.rowcodec import RowCodec
-from bridge.sink.events import ChangeKind, DDLEvent, Event, RowChange, TxnEvent
+from bridge.sink.events import ChangeKind, DDLEvent, Event, RawChange, RowChange, TxnEvent
 from bridge.sink.schema import SchemaTracker, SchemaTrackError
 from drainer import metrics
 from drainer.collect.merger import PulledTxn
@@ -120,10 +120,6 @@ def decode_changes(
         ) from None
 
 
-# kind, the table's schema (the codec's), the images as the codec's bytes, the codec
-RawChange = tuple[ChangeKind, row_pb2.TableSchema, bytes | None, bytes | None, RowCodec]
-
-
 def raw_changes(
     payload: bytes, span: tuple[int, int] | None, codecs: Mapping[int, RowCodec], commit_ts: int
 ) -> Iterator[RawChange]:
@@ -147,7 +143,7 @@ def raw_changes(
 
 class _Decoder:
     """The decode closure a TxnEvent carries (a class, so it shows what it holds); :meth:`raw`
-    gives the same changes undecoded (a sink may look for it: ``getattr(event.decode, "raw")``)."""
+    gives the same changes undecoded (the event's ``raw``)."""
 
     __slots__ = ("_codecs", "_commit_ts", "_payload", "_span")
 
@@ -278,7 +274,7 @@ class EventBuilder:
             return None
         _EVENTS_TXN.inc()
         decode = _Decoder(txn.payload, txn.value_span, codecs, txn.commit_ts)
-        return TxnEvent(txn.start_ts, txn.commit_ts, txn.payload, decode, rows)
+        return TxnEvent(txn.start_ts, txn.commit_ts, txn.payload, decode, rows, decode.raw)
 
     def _skip_unknown(self, commit_ts: int, table_id: int) -> None:
         _EVENTS_IGNORED.inc()

@@ -229,12 +229,13 @@ class MySQLSink(Sink):
         key columns alone (:func:`~drainer.sinks.mysql.wire.sparse_keys`) and buffered as a
         :data:`~drainer.sinks.mysql.wire.WireOp` (its images as the codec's bytes): the children
         decode and plan it. Keyless rows are decoded here (their worker is a thread here)."""
-        raw = getattr(event.decode, "raw", None) if self.processes else None
-        changes: Iterator[tuple[str, row_pb2.TableSchema, Any, Any, RowCodec | None]]
-        if raw is not None:
-            changes = raw()
-        else:
-            changes = ((c.kind, c.table, c.before, c.after, None) for c in event.changes())
+        raw = event.raw if self.processes else None
+        # the images: the codec's bytes (raw, with the codec) or decoded values (codec None)
+        changes: Iterator[tuple[str, row_pb2.TableSchema, Any, Any, RowCodec | None]] = (
+            raw()
+            if raw is not None
+            else ((c.kind, c.table, c.before, c.after, None) for c in event.changes())
+        )
         commit_ts = event.commit_ts
         safe = self._begin_txn(commit_ts)
         keyless_worker = len(self._pool.buffers) - 1
