@@ -36,7 +36,6 @@ import contextlib
 import json
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -52,6 +51,7 @@ from bench.cpu import CpuMeter
 from bench.drainer import start_cluster
 from bridge.apps.capture.shadow import shadow_name
 from bridge.apps.capture.source import EVENTS
+from bridge.apps.demo.cluster import free_port
 from bridge.dsn import Dsn, parse_dsn
 from bridge.errors import ConfigError
 
@@ -82,12 +82,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def progress(message: str) -> None:
     print(f"bench capture: {message}", file=sys.stderr, flush=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def source_sql(dsn: Dsn, *statements: str) -> list[Any]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -14,12 +13,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from bridge.apps.demo.cluster import free_port as free_port  # one allocator: never the same port twice
 
 
 def wait_until(predicate, timeout: float = 30.0, what: str = "condition", interval: float = 0.05):

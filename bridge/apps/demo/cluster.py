@@ -25,6 +25,7 @@ import logging
 import signal
 import socket
 import sys
+import threading
 import time
 import tomllib
 import urllib.error
@@ -53,11 +54,25 @@ STATUS_TIMEOUT = 5.0
 POLL_INTERVAL = 0.2
 
 
+_ports_handed_out: set[int] = set()
+_ports_lock = threading.Lock()
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A TCP port on 127.0.0.1 that nothing listens on right now and that this process has not
+    handed out before: the kernel may give two calls in a row the same port while the first
+    caller's server is not listening yet (seen: two pumps of one cluster given one port)."""
+    with _ports_lock:
+        for _ in range(1000):
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                sock.bind(("127.0.0.1", 0))
+                port = int(sock.getsockname()[1])
+            if port not in _ports_handed_out:
+                _ports_handed_out.add(port)
+                return port
+    raise OSError(
+        f"no free port on 127.0.0.1 that this process has not handed out ({len(_ports_handed_out)} so far)"
+    )
 
 
 def cli_argv(*args: str) -> list[str]:
