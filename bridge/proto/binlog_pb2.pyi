@@ -22,6 +22,7 @@ class BinlogType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     Rollback: _ClassVar[BinlogType]
     PreDDL: _ClassVar[BinlogType]
     PostDDL: _ClassVar[BinlogType]
+    PrewriteChunk: _ClassVar[BinlogType]
 Insert: MutationType
 Update: MutationType
 DeleteID: MutationType
@@ -32,6 +33,7 @@ Commit: BinlogType
 Rollback: BinlogType
 PreDDL: BinlogType
 PostDDL: BinlogType
+PrewriteChunk: BinlogType
 
 class TableMutation(_message.Message):
     __slots__ = ("table_id", "inserted_rows", "updated_rows", "deleted_ids", "deleted_pks", "deleted_rows", "sequence", "snapshot")
@@ -62,7 +64,7 @@ class PrewriteValue(_message.Message):
     def __init__(self, schema_version: _Optional[int] = ..., mutations: _Optional[_Iterable[_Union[TableMutation, _Mapping]]] = ...) -> None: ...
 
 class Binlog(_message.Message):
-    __slots__ = ("tp", "start_ts", "commit_ts", "prewrite_key", "prewrite_value", "ddl_query", "ddl_job_id", "ddl_schema_state", "ddl_schema_change")
+    __slots__ = ("tp", "start_ts", "commit_ts", "prewrite_key", "prewrite_value", "ddl_query", "ddl_job_id", "ddl_schema_state", "ddl_schema_change", "chunk", "chunks")
     TP_FIELD_NUMBER: _ClassVar[int]
     START_TS_FIELD_NUMBER: _ClassVar[int]
     COMMIT_TS_FIELD_NUMBER: _ClassVar[int]
@@ -72,6 +74,8 @@ class Binlog(_message.Message):
     DDL_JOB_ID_FIELD_NUMBER: _ClassVar[int]
     DDL_SCHEMA_STATE_FIELD_NUMBER: _ClassVar[int]
     DDL_SCHEMA_CHANGE_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    CHUNKS_FIELD_NUMBER: _ClassVar[int]
     tp: BinlogType
     start_ts: int
     commit_ts: int
@@ -81,4 +85,6 @@ class Binlog(_message.Message):
     ddl_job_id: int
     ddl_schema_state: int
     ddl_schema_change: bytes
-    def __init__(self, tp: _Optional[_Union[BinlogType, str]] = ..., start_ts: _Optional[int] = ..., commit_ts: _Optional[int] = ..., prewrite_key: _Optional[bytes] = ..., prewrite_value: _Optional[bytes] = ..., ddl_query: _Optional[bytes] = ..., ddl_job_id: _Optional[int] = ..., ddl_schema_state: _Optional[int] = ..., ddl_schema_change: _Optional[bytes] = ...) -> None: ...
+    chunk: int
+    chunks: int
+    def __init__(self, tp: _Optional[_Union[BinlogType, str]] = ..., start_ts: _Optional[int] = ..., commit_ts: _Optional[int] = ..., prewrite_key: _Optional[bytes] = ..., prewrite_value: _Optional[bytes] = ..., ddl_query: _Optional[bytes] = ..., ddl_job_id: _Optional[int] = ..., ddl_schema_state: _Optional[int] = ..., ddl_schema_change: _Optional[bytes] = ..., chunk: _Optional[int] = ..., chunks: _Optional[int] = ...) -> None: ...

@@ -18,7 +18,9 @@ strictly increasing ``commit_ts``:
   report it as durable once everything before it is.
 
 Every event carries ``payload``, the binlog bytes as pulled from the pump
-(commit_ts set), so the file sink can store what a replay needs.
+(commit_ts set), so the file sink can store what a replay needs; a
+transaction that travelled in chunks also carries ``parts`` (the chunk
+binlogs before ``payload``).
 """
 
 from __future__ import annotations
@@ -66,6 +68,12 @@ class TxnEvent:
     # EventBuilder); None where they were made or renamed on the way (routing, consume). For a
     # sink that hands rows to other processes undecoded (the MySQL sink's worker processes).
     raw: Callable[[], Iterator[RawChange]] | None = field(default=None, repr=False)
+    # A transaction that travelled in chunks (binlog.proto ``Binlog.chunk``): its PrewriteChunk
+    # binlogs as pulled (commit_ts set), in order, read back one at a time; ``payload`` is the
+    # last part (the Prewrite, re-typed Commit). None for a transaction that came as one binlog.
+    # A sink that stores binlogs for a replay (file, relay, dead letters) stores every part and
+    # then ``payload``; ``decode``/``raw`` already cover every part.
+    parts: Callable[[], Iterator[bytes]] | None = field(default=None, repr=False)
 
     def changes(self) -> Iterator[RowChange]:
         return self.decode()
