@@ -1,7 +1,9 @@
 """``binlog-bridge capture --config FILE``: the source's row binlog -> the pumps (docs/capture.md).
 
 The file holds ``[capture]`` (and optionally ``[pump-client]``); flags
-override single keys. The source password comes from
+override single keys. The source DSN is ``--upstream``, else
+``$BRIDGE_CAPTURE_SOURCE`` (what ``scripts/services env mariadb-binlog``
+exports), else ``capture.upstream``. The source password comes from
 ``BRIDGE_UPSTREAM_PASSWORD`` when the DSN has none, and is never logged.
 SIGTERM/SIGINT stop after the transaction being written.
 """
@@ -9,6 +11,8 @@ SIGTERM/SIGINT stop after the transaction being written.
 from __future__ import annotations
 
 import argparse
+import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +28,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--config", required=True, type=Path, metavar="FILE", help="TOML with [capture]")
+    parser.add_argument(
+        "--upstream",
+        default=None,
+        metavar="DSN",
+        help="overrides capture.upstream (default: $BRIDGE_CAPTURE_SOURCE when set)",
+    )
     parser.add_argument("--data-dir", default=None, metavar="DIR", help="overrides capture.data-dir")
     parser.add_argument("--meta", default=None, metavar="ADDR", help="overrides capture.meta")
     parser.add_argument(
@@ -33,15 +43,21 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     return parser
 
 
-def run(args: argparse.Namespace) -> int:
-    from bridge.apps.capture import CaptureApp, CaptureFile
-
-    overrides = {
+def overrides_of(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The keys the flags (and ``$BRIDGE_CAPTURE_SOURCE``) override; None leaves the file's value."""
+    environ = os.environ if environ is None else environ
+    return {
+        "capture.upstream": args.upstream or environ.get("BRIDGE_CAPTURE_SOURCE") or None,
         "capture.data-dir": args.data_dir,
         "capture.meta": args.meta,
         "capture.status-addr": args.status_addr,
     }
-    app = CaptureApp(bridge_config.load(CaptureFile, args.config, overrides))
+
+
+def run(args: argparse.Namespace) -> int:
+    from bridge.apps.capture import CaptureApp, CaptureFile
+
+    app = CaptureApp(bridge_config.load(CaptureFile, args.config, overrides_of(args)))
 
     with signal_handlers(lambda _signum, _frame: app.stop()):
         return app.run()

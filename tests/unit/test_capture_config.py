@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -83,3 +84,24 @@ def test_the_example_loads_and_every_capture_key_is_in_the_guide() -> None:
     guide = (root / "docs" / "capture.md").read_text()
     for name in vars(loaded.capture):
         assert f"| `{name.replace('_', '-')}` |" in guide, name
+
+
+def _capture_args(*flags: str) -> Any:
+    from bridge.cli import build_parser
+
+    return build_parser().parse_args(["capture", "--config", "capture.toml", *flags])
+
+
+def test_the_upstream_comes_from_the_flag_then_bridge_capture_source_then_the_file(tmp_path: Path) -> None:
+    from bridge.cli.capture import overrides_of
+
+    path = tmp_path / "capture.toml"
+    path.write_text('[capture]\nupstream = "mysql://file@127.0.0.1:3306/"\ndatabases = ["shop"]\n')
+    env = {"BRIDGE_CAPTURE_SOURCE": "mysql://root@127.0.0.1:3307/"}
+
+    def upstream(args: Any, environ: dict[str, str]) -> str:
+        return config.load(CaptureFile, path, overrides_of(args, environ)).capture.upstream
+
+    assert upstream(_capture_args(), {}) == "mysql://file@127.0.0.1:3306/"
+    assert upstream(_capture_args(), env) == "mysql://root@127.0.0.1:3307/"
+    assert upstream(_capture_args("--upstream", "mysql://flag@h:1/"), env) == "mysql://flag@h:1/"
