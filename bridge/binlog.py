@@ -37,6 +37,7 @@ _KNOWN_TYPES = frozenset(BinlogType.values())
 # Enum values as plain ints: attribute lookups on protobuf enum wrappers cost
 # ~1.7 us each, and parse_binlog runs for every binlog a pump receives.
 PREWRITE, COMMIT, ROLLBACK = BinlogType.Prewrite, BinlogType.Commit, BinlogType.Rollback
+PREWRITE_CHUNK = BinlogType.PrewriteChunk
 PRE_DDL, POST_DDL = BinlogType.PreDDL, BinlogType.PostDDL
 INSERT, UPDATE, DELETE_ROW = MutationType.Insert, MutationType.Update, MutationType.DeleteRow
 DELETE_ID, DELETE_PK = MutationType.DeleteID, MutationType.DeletePK
@@ -192,7 +193,9 @@ def parse_binlog(payload: bytes, *, deep: bool = True) -> binlog_pb2.Binlog:
 
     Always checked: the type is known, timestamps fit the type (a Commit has
     ``commit_ts > start_ts``; a Rollback has none or is fake; a Prewrite has
-    none), a DDL job id is positive and its Prewrite carries the query. With
+    none; a PrewriteChunk has none, or as pulled one > start_ts), a DDL job id
+    is positive and its Prewrite carries the query, ``chunk`` (>= 1) is only on
+    a PrewriteChunk and ``chunks`` (>= 0) only on a DML Prewrite or Commit. With
     ``deep`` (the default) ``prewrite_value`` and ``ddl_schema_change`` are
     parsed and checked too (see :func:`read_prewrite_value`); a pump that only
     stores the payload may pass ``deep=False``.
@@ -215,7 +218,7 @@ def binlog_problem(binlog: binlog_pb2.Binlog, *, deep: bool = True) -> str | Non
         return f"unknown binlog type {', '.join(map(_describe_unknown, values))}"
     if is_probe(binlog):
         return None
-    problem = _timestamp_problem(binlog, tp) or _ddl_problem(binlog, tp)
+    problem = _timestamp_problem(binlog, tp) or _ddl_problem(binlog, tp) or _chunk_problem(binlog, tp)
     if problem or not deep:
         return problem
     try:
@@ -262,6 +265,31 @@ def _timestamp_problem(binlog: binlog_pb2.Binlog, tp: int) -> str | None:
         return f"a Rollback carries no commit_ts unless it is fake (= start_ts), got {commit_ts}"
     if tp == PREWRITE and commit_ts:
         return f"a Prewrite carries no commit_ts, got {commit_ts}"
+    if tp == PREWRITE_CHUNK and commit_ts and commit_ts <= start_ts:
+        return f"a PrewriteChunk carries no commit_ts (or, pulled, one > start_ts), got {commit_ts}"
+    return None
+
+
+def _chunk_problem(binlog: binlog_pb2.Binlog, tp: int) -> str | None:
+    """``chunk`` only on a PrewriteChunk (>= 1), ``chunks`` (>= 0) only on a DML Prewrite or
+    its Commit; a PrewriteChunk carries no DDL fields. A value of 0 counts as unset."""
+    chunk, chunks = binlog.chunk, binlog.chunks
+    if tp == PREWRITE_CHUNK:
+        if chunk < 1:
+            return f"a PrewriteChunk needs chunk >= 1, got {chunk}"
+        if chunks:
+            return f"a PrewriteChunk carries no chunks, got {chunks}"
+        if binlog.ddl_job_id or binlog.ddl_query or binlog.HasField("ddl_schema_change"):
+            return "a PrewriteChunk carries no DDL fields (a DDL is never chunked)"
+        return None
+    if chunk:
+        return f"only a PrewriteChunk carries chunk, got chunk {chunk} on a {BinlogType.Name(tp)}"
+    if chunks < 0:
+        return f"chunks must be >= 0, got {chunks}"
+    if chunks and tp not in (PREWRITE, COMMIT):
+        return f"only a Prewrite or Commit carries chunks, got chunks {chunks} on a {BinlogType.Name(tp)}"
+    if chunks and binlog.ddl_job_id:
+        return f"a DDL is never chunked, got chunks {chunks}"
     return None
 
 

@@ -2,15 +2,17 @@
 
 :func:`read_write_payload` is the contract: :func:`bridge.binlog.parse_binlog`
 (deep: ``prewrite_value`` and ``ddl_schema_change`` too), then only Prewrite,
-Commit and Rollback binlogs and probes are taken, and a fake binlog (a
-Rollback with ``commit_ts = start_ts``) is refused: only the pump writes those.
+Commit, Rollback and PrewriteChunk binlogs and probes are taken, a fake binlog (a
+Rollback with ``commit_ts = start_ts``) is refused: only the pump writes those,
+and so is a PrewriteChunk with a ``commit_ts`` (its pulled form).
 
 It runs for every binlog a pump is sent, so the usual shapes are checked by a
 fast path first: a Prewrite, Commit or Rollback with its type set, ``start_ts >
 0``, timestamps that fit the type, no DDL fields, and a ``prewrite_value``
 whose mutations are consistent. The fast path only *accepts*: whatever it is
 not sure of (any other shape, a mutation it does not recognise, unknown
-fields) goes through the full check, which decides and names the fault. So it
+fields, a ``chunk`` or ``chunks``: chunked transactions are rare and their
+parts big) goes through the full check, which decides and names the fault. So it
 never accepts a payload the full check refuses (``tests/unit/test_pump_checks.py``
 compares both on valid and broken payloads).
 """
@@ -26,7 +28,8 @@ from bridge.proto import binlog_pb2
 
 # Plain ints: the enum wrapper's attribute lookup costs more than a check here.
 PREWRITE, COMMIT, ROLLBACK = BinlogType.Prewrite, BinlogType.Commit, BinlogType.Rollback
-STORED = frozenset((PREWRITE, COMMIT, ROLLBACK))
+PREWRITE_CHUNK = BinlogType.PrewriteChunk
+STORED = frozenset((PREWRITE, COMMIT, ROLLBACK, PREWRITE_CHUNK))
 _INSERT = binlog_pb2.MutationType.Insert
 _from_string = binlog_pb2.Binlog.FromString
 _value_from_string = binlog_pb2.PrewriteValue.FromString
@@ -56,13 +59,18 @@ def full_check(payload: bytes) -> binlog_pb2.Binlog:
             f"a Rollback with commit_ts = start_ts ({binlog.start_ts}) is a fake binlog; "
             "only a pump writes those"
         )
+    if binlog.tp == PREWRITE_CHUNK and binlog.commit_ts:
+        raise ProtocolError(
+            f"a PrewriteChunk (start_ts {binlog.start_ts}, chunk {binlog.chunk}) is written without "
+            f"commit_ts, got {binlog.commit_ts}"
+        )
     return binlog
 
 
 def _surely_valid(binlog: binlog_pb2.Binlog) -> bool:
     """True only when :func:`full_check` would take ``binlog`` (False: not sure)."""
     start_ts, commit_ts = binlog.start_ts, binlog.commit_ts
-    if start_ts <= 0 or binlog.ddl_job_id or not binlog.HasField("tp"):
+    if start_ts <= 0 or binlog.ddl_job_id or binlog.chunk or binlog.chunks or not binlog.HasField("tp"):
         return False
     tp = binlog.tp
     # (a fake Rollback, commit_ts = start_ts, is refused by the full check)

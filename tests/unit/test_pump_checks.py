@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from bridge.binlog import Binlog, commit, fake_binlog, probe, rollback
+from bridge.binlog import Binlog, commit, fake_binlog, parse_binlog, probe, rollback
 from bridge.errors import ProtocolError
 from bridge.proto import binlog_pb2
 from pump.checks import full_check, read_write_payload
@@ -30,6 +30,15 @@ def with_unknown_sequence_value(m: binlog_pb2.TableMutation, value: int) -> byte
 def prewrite_of(*mutations: binlog_pb2.TableMutation, raw: bytes | None = None) -> bytes:
     value = binlog_pb2.PrewriteValue(mutations=mutations).SerializeToString() if raw is None else raw
     return Binlog(tp=binlog_pb2.Prewrite, start_ts=TS, prewrite_value=value).SerializeToString()
+
+
+def chunk_of(
+    chunk: int, *mutations: binlog_pb2.TableMutation, raw: bytes | None = None, **fields: object
+) -> bytes:
+    """A PrewriteChunk (part ``chunk`` of a chunked transaction) holding ``mutations``."""
+    value = binlog_pb2.PrewriteValue(mutations=mutations).SerializeToString() if raw is None else raw
+    binlog = Binlog(tp=binlog_pb2.PrewriteChunk, start_ts=TS, chunk=chunk, prewrite_value=value, **fields)  # type: ignore[arg-type]
+    return binlog.SerializeToString()
 
 
 def raw_value(*mutation_bytes: bytes) -> bytes:
@@ -76,7 +85,39 @@ CASES: list[tuple[str, bytes]] = [
             ddl_query=b"create table t (a int)",
         ).SerializeToString(),
     ),
+    ("chunk", chunk_of(1, mutation(inserted_rows=[b"a"], sequence=[MT.Insert]))),
+    ("chunk 7, no mutations", chunk_of(7)),
+    (
+        "prewrite with chunks",
+        Binlog(tp=binlog_pb2.Prewrite, start_ts=TS, chunks=3, prewrite_value=b"").SerializeToString(),
+    ),
+    (
+        "commit with chunks",
+        Binlog(tp=binlog_pb2.Commit, start_ts=TS, commit_ts=TS + 1, chunks=2).SerializeToString(),
+    ),
+    ("prewrite with chunks 0", Binlog(tp=binlog_pb2.Prewrite, start_ts=TS, chunks=0).SerializeToString()),
     # refused ones
+    ("chunk 0", chunk_of(0)),
+    ("chunk negative", chunk_of(-2)),
+    ("chunk with commit_ts", chunk_of(1, commit_ts=TS + 1)),
+    ("chunk with chunks", chunk_of(1, chunks=2)),
+    ("chunk without start_ts", Binlog(tp=binlog_pb2.PrewriteChunk, chunk=1, commit_ts=5).SerializeToString()),
+    ("chunk with ddl", chunk_of(1, ddl_job_id=3, ddl_query=b"create table t (a int)")),
+    ("chunk with a broken value", chunk_of(1, raw=b"\xff\xff\xff")),
+    ("chunk with a bad mutation", chunk_of(2, mutation(inserted_rows=[b"a"], sequence=[MT.DeleteRow]))),
+    ("chunk on a prewrite", Binlog(tp=binlog_pb2.Prewrite, start_ts=TS, chunk=1).SerializeToString()),
+    (
+        "chunk on a commit",
+        Binlog(tp=binlog_pb2.Commit, start_ts=TS, commit_ts=TS + 1, chunk=2).SerializeToString(),
+    ),
+    ("negative chunks", Binlog(tp=binlog_pb2.Prewrite, start_ts=TS, chunks=-1).SerializeToString()),
+    ("chunks on a rollback", Binlog(tp=binlog_pb2.Rollback, start_ts=TS, chunks=2).SerializeToString()),
+    (
+        "chunks on a ddl",
+        Binlog(
+            tp=binlog_pb2.Prewrite, start_ts=TS, ddl_job_id=3, ddl_query=b"x", chunks=2
+        ).SerializeToString(),
+    ),
     ("not a binlog", b"\xff\xff\xff"),
     ("fake", fake_binlog(TS).SerializeToString()),
     ("commit not after start", Binlog(tp=binlog_pb2.Commit, start_ts=TS, commit_ts=TS).SerializeToString()),
@@ -163,13 +204,13 @@ def test_fast_path_agrees_with_the_full_check(name: str, payload: bytes) -> None
 
 def test_both_outcomes_are_covered() -> None:
     results = [outcome(full_check, payload)[0] for _, payload in CASES]
-    assert results.count("ok") >= 10 and results.count("refused") >= 15
+    assert results.count("ok") >= 15 and results.count("refused") >= 28
 
 
 def test_random_byte_flips_agree() -> None:
     """Corrupt valid payloads at random positions: the same verdict and message either way."""
     rng = random.Random(16)
-    seeds = [payload for name, payload in CASES[:9]]
+    seeds = [payload for name, payload in CASES[:9]] + [payload for name, payload in CASES if "chunk" in name]
     refused = 0
     for _ in range(20000):
         data = bytearray(rng.choice(seeds))
@@ -179,3 +220,30 @@ def test_random_byte_flips_agree() -> None:
         assert fast == full, bytes(data)
         refused += full[0] == "refused"
     assert refused > 100
+
+
+def test_chunk_refusals_name_the_fault() -> None:
+    cases = {
+        "chunk 0": "a PrewriteChunk needs chunk >= 1, got 0",
+        "chunk with commit_ts": "is written without commit_ts",
+        "chunk on a commit": "only a PrewriteChunk carries chunk, got chunk 2 on a Commit",
+        "negative chunks": "chunks must be >= 0, got -1",
+        "chunks on a rollback": "only a Prewrite or Commit carries chunks",
+        "chunk with ddl": "a PrewriteChunk carries no DDL fields",
+        "chunks on a ddl": "a DDL is never chunked",
+        "chunk with a bad mutation": "table id 7: sequence has 0 Insert entries for 1 Insert rows",
+    }
+    payloads = dict(CASES)
+    for name, message in cases.items():
+        verdict, text = outcome(read_write_payload, payloads[name])
+        assert verdict == "refused" and message in str(text), (name, text)
+
+
+def test_a_pulled_part_parses() -> None:
+    """parse_binlog takes a part in its pulled form (commit_ts set, > start_ts); the pump does not."""
+    payload = chunk_of(3, commit_ts=TS + 9)
+    assert parse_binlog(payload).commit_ts == TS + 9
+    with pytest.raises(ProtocolError, match="written without commit_ts"):
+        read_write_payload(payload)
+    with pytest.raises(ProtocolError, match="carries no commit_ts"):
+        parse_binlog(chunk_of(3, commit_ts=TS - 1))
