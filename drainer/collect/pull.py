@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +35,13 @@ import google_crc32c
 import grpc
 from google.protobuf.message import DecodeError
 
-from bridge.binlog import Binlog, BinlogType
+from bridge.binlog import BinlogType
+from bridge.binlogscan import LENGTH, VARINT, fields, int64
+
+# re-exported: tests, bench and replay read binlog headers through here
+from bridge.binlogscan import SCAN_FROM_BYTES as SCAN_FROM_BYTES
+from bridge.binlogscan import BinlogHeader as BinlogHeader
+from bridge.binlogscan import scan_header as scan_header
 from bridge.errors import ProtocolError
 from bridge.grpcutil import DEFAULT_MAX_MESSAGE_BYTES, SecurityConfig, aio_channel
 from bridge.proto import pump_pb2
@@ -50,83 +55,7 @@ INITIAL_BACKOFF = 0.1
 MAX_BACKOFF = 2.0
 ERROR_LOG_EVERY = 10.0  # seconds between repeated "cannot pull" warnings for one pump
 UNREACHABLE_AFTER = 30.0  # default pump-unreachable-timeout, seconds
-SCAN_FROM_BYTES = 64 << 10  # larger payloads are scanned, not parsed, so their rows are not copied
-
-_VARINT, _FIXED64, _LENGTH, _FIXED32 = 0, 1, 2, 5
-_TP, _START_TS, _COMMIT_TS, _PREWRITE_VALUE, _DDL_JOB_ID = 1, 2, 3, 5, 7
 PULL_METHOD = "/binlog.Pump/PullBinlogs"
-
-
-@dataclass(frozen=True, slots=True)
-class BinlogHeader:
-    """The scalar fields of a serialized Binlog and where ``prewrite_value`` lies (None: not
-    located; the payload is small enough to parse again)."""
-
-    tp: int
-    start_ts: int
-    commit_ts: int
-    ddl_job_id: int
-    value_span: tuple[int, int] | None
-
-
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        if pos >= len(data) or shift > 63:
-            raise ProtocolError("binlog payload: truncated or overlong varint")
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return result, pos
-        shift += 7
-
-
-def _int64(value: int) -> int:
-    value &= (1 << 64) - 1
-    return value - (1 << 64) if value >= 1 << 63 else value
-
-
-def scan_header(payload: bytes) -> BinlogHeader:
-    """Read the top-level fields of a serialized Binlog without copying its row data.
-
-    A payload up to :data:`SCAN_FROM_BYTES` is simply parsed (protobuf's C
-    parser beats a Python scan there) and its ``value_span`` is None: the
-    builder parses it again for its rows. A larger one is walked field by
-    field; the last value of a field wins, as in protobuf parsing (a pump
-    appends ``tp = Commit`` and ``commit_ts`` to the stored Prewrite).
-    Raises :class:`ProtocolError` for bytes that are not protobuf wire format.
-    """
-    if len(payload) <= SCAN_FROM_BYTES:
-        try:
-            binlog = Binlog.FromString(payload)
-        except DecodeError as exc:
-            raise ProtocolError(f"binlog payload: not a binlog.Binlog: {exc}") from None
-        return BinlogHeader(binlog.tp, binlog.start_ts, binlog.commit_ts, binlog.ddl_job_id, None)
-    scalars = {_TP: 0, _START_TS: 0, _COMMIT_TS: 0, _DDL_JOB_ID: 0}
-    span: tuple[int, int] | None = None
-    pos = 0
-    while pos < len(payload):
-        key, pos = _varint(payload, pos)
-        number, wire = key >> 3, key & 7
-        if wire == _VARINT:
-            value, pos = _varint(payload, pos)
-            if number in scalars:
-                scalars[number] = _int64(value)
-        elif wire == _LENGTH:
-            length, pos = _varint(payload, pos)
-            if pos + length > len(payload):
-                raise ProtocolError(f"binlog payload: field {number} runs past the end")
-            if number == _PREWRITE_VALUE:
-                span = (pos, pos + length)
-            pos += length
-        elif wire in (_FIXED64, _FIXED32):
-            pos += 8 if wire == _FIXED64 else 4
-        else:
-            raise ProtocolError(f"binlog payload: unsupported wire type {wire} in field {number}")
-    if pos != len(payload):
-        raise ProtocolError("binlog payload: truncated field")
-    return BinlogHeader(scalars[_TP], scalars[_START_TS], scalars[_COMMIT_TS], scalars[_DDL_JOB_ID], span)
 
 
 def entity_item(entity: pump_pb2.Entity, pump: str) -> PulledItem:
@@ -180,10 +109,10 @@ def message_items(raw: bytes, pump: str) -> list[PulledItem]:
         return response_items(response, pump)
     single: tuple[int, int] | None = None
     entities: list[tuple[int, int]] = []
-    for number, wire, start, end in _fields(raw, 0, len(raw), f"pump {pump}: stream message"):
-        if wire == _LENGTH and number == 1:
+    for number, wire, start, end in fields(raw, 0, len(raw), f"pump {pump}: stream message"):
+        if wire == LENGTH and number == 1:
             single = (start, end)
-        elif wire == _LENGTH and number == 2:
+        elif wire == LENGTH and number == 2:
             entities.append((start, end))
     spans = entities or ([single] if single is not None else [])
     return [_scanned_entity(raw, start, end, pump) for start, end in spans]
@@ -194,46 +123,23 @@ def _scanned_entity(raw: bytes, start: int, end: int, pump: str) -> PulledItem:
     where = f"pump {pump}: stream message entity"
     payload, checksum, offset = b"", b"", 0
     meta: tuple[int, int] | None = None
-    for number, wire, first, last in _fields(raw, start, end, where):
-        if wire != _LENGTH:
+    for number, wire, first, last in fields(raw, start, end, where):
+        if wire != LENGTH:
             continue
         if number == 2:
             payload = raw[first:last]
         elif number == 3:
             checksum = raw[first:last]
         elif number == 1:
-            for n, w, value, _ in _fields(raw, first, last, where):
-                if n == 2 and w == _VARINT:
-                    offset = _int64(value)
+            for n, w, value, _ in fields(raw, first, last, where):
+                if n == 2 and w == VARINT:
+                    offset = int64(value)
         elif number == 4:
             meta = (0, 0)
-            for n, w, value, _ in _fields(raw, first, last, where):
-                if w == _VARINT and n in (1, 2):
-                    meta = (_int64(value), meta[1]) if n == 1 else (meta[0], _int64(value))
+            for n, w, value, _ in fields(raw, first, last, where):
+                if w == VARINT and n in (1, 2):
+                    meta = (int64(value), meta[1]) if n == 1 else (meta[0], int64(value))
     return _item(payload, checksum, offset, meta, pump)
-
-
-def _fields(data: bytes, pos: int, end: int, where: str) -> Iterator[tuple[int, int, int, int]]:
-    """``(number, wire type, value or start, end)`` of each field in ``data[pos:end]``: a varint's
-    value (end -1), a length-delimited field's span; fixed-width fields are skipped."""
-    while pos < end:
-        key, pos = _varint(data, pos)
-        number, wire = key >> 3, key & 7
-        if wire == _VARINT:
-            value, pos = _varint(data, pos)
-            yield number, wire, value, -1
-        elif wire == _LENGTH:
-            length, pos = _varint(data, pos)
-            if pos + length > end:
-                raise ProtocolError(f"{where}: field {number} runs past the end")
-            yield number, wire, pos, pos + length
-            pos += length
-        elif wire in (_FIXED64, _FIXED32):
-            pos += 8 if wire == _FIXED64 else 4
-        else:
-            raise ProtocolError(f"{where}: unsupported wire type {wire} in field {number}")
-    if pos != end:
-        raise ProtocolError(f"{where}: truncated field")
 
 
 def _raw(data: bytes) -> bytes:
