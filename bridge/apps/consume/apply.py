@@ -14,6 +14,11 @@ sink (``mysql://``). After each batch a
 :class:`~bridge.sink.events.ResolvedEvent` at the released watermark moves the
 sink's own checkpoint there, so a restarted consumer skips what it applied.
 
+A transaction the buffer spilled to disk (:mod:`bridge.apps.consume.spill`)
+becomes a TxnEvent whose ``decode()`` reads its rows back from there one
+page at a time, so applying it holds no more than a page of rows; its
+rows are deleted once the flush after it succeeded.
+
 Table schemas come from the DDL stream only: a CREATE TABLE (or ALTER,
 RENAME, TRUNCATE) event carries the table's whole schema after it. DDL
 events at or below the target's checkpoint are still read (to know the
@@ -30,6 +35,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from bridge.apps.consume.items import OPS, DDLItem, Ordered, RowItem
+from bridge.apps.consume.spill import SpilledRows
 from bridge.dsn import parse_dsn
 from bridge.errors import ConfigError, UserError
 from bridge.proto import row_pb2
@@ -43,6 +49,7 @@ log = logging.getLogger(__name__)
 
 SchemaChange = row_pb2.SchemaChange
 ValuesOf = Callable[[row_pb2.TableSchema, Mapping[str, Any]], tuple[object, ...]]
+Released = Ordered | SpilledRows  # what the ordering buffer releases
 
 EVENTS_PER_WRITE = 256  # events handed to one sink.write call
 RETRIES = 10  # attempts of a write/flush the sink calls retriable
@@ -107,6 +114,12 @@ class SchemaBook:
 
     def __len__(self) -> int:
         return len(self._tables)
+
+    def copy(self) -> SchemaBook:
+        """The schemas as of now (a later DDL does not change the copy)."""
+        book = SchemaBook()
+        book._tables = dict(self._tables)
+        return book
 
     def snapshot(self) -> bytes:
         """The tables as a :class:`bridge.sink.schema.SchemaTracker` snapshot (what a sink is opened with)."""
@@ -187,9 +200,12 @@ def sink_for(
     return lambda: mysql(table, Path("."))
 
 
-def cluster_of(items: Sequence[Ordered]) -> int | None:
+def cluster_of(items: Sequence[Released]) -> int | None:
     """The upstream cluster id the changes carry (the mysql sink keys its progress rows by it)."""
-    for item in items:
+    for released in items:
+        item = released.first() if isinstance(released, SpilledRows) else released
+        if item is None:
+            continue
         holder = item.source if isinstance(item, RowItem) else item.record
         if holder.get("cluster_id") is not None:
             return int(holder["cluster_id"])
@@ -258,7 +274,7 @@ class Applier:
         if driver is not None:
             driver.close()
 
-    def apply(self, items: Sequence[Ordered], upto_ts: int) -> int:
+    def apply(self, items: Sequence[Released], upto_ts: int) -> int:
         """Apply ``items`` (apply order, all at or below ``upto_ts``) and move the target's
         checkpoint to ``upto_ts``; returns the durable position the sink reports.
 
@@ -278,13 +294,21 @@ class Applier:
             driver.write_all(events, EVENTS_PER_WRITE)
             position = driver.flush()
         self.checkpoint = max(self.checkpoint, upto_ts)
+        for item in items:
+            if isinstance(item, SpilledRows):
+                item.close()  # applied and flushed: its rows on disk are no longer needed
         return position
 
-    def _events(self, items: Sequence[Ordered]) -> Iterator[Event]:
+    def _events(self, items: Sequence[Released]) -> Iterator[Event]:
         """The drainer events for ``items``: one TxnEvent per commit_ts, DDLEvents between."""
         rows: list[RowItem] = []
         for item in items:
-            if isinstance(item, DDLItem):
+            if isinstance(item, SpilledRows):
+                if rows:
+                    yield from self._txn(rows)
+                    rows = []
+                yield from self._spilled_txn(item)
+            elif isinstance(item, DDLItem):
                 if rows:
                     yield from self._txn(rows)
                     rows = []
@@ -323,8 +347,27 @@ class Applier:
             first.start_ts, first.commit_ts, b"", decode=lambda: iter(changes), row_count=len(changes)
         )
 
-    def _row(self, item: RowItem) -> RowChange:
-        schema = self.schemas.get(item.db, item.table)
+    def _spilled_txn(self, spilled: SpilledRows) -> Iterator[TxnEvent]:
+        """The TxnEvent of a spilled commit_ts: its rows read back and converted as the sink asks."""
+        first = spilled.first()
+        if first is None:
+            return
+        if first.commit_ts <= self.checkpoint:
+            self.stats.skipped += spilled.count
+            return
+        self._writer()
+        self.stats.rows += spilled.count
+        self.stats.transactions += 1
+
+        schemas = self.schemas.copy()  # read lazily, after the DDL events that follow in this batch
+
+        def changes() -> Iterator[RowChange]:
+            return (self._row(item, schemas) for item in spilled.items())
+
+        yield TxnEvent(first.start_ts, first.commit_ts, b"", decode=changes, row_count=spilled.count)
+
+    def _row(self, item: RowItem, schemas: SchemaBook | None = None) -> RowChange:
+        schema = (schemas or self.schemas).get(item.db, item.table)
         where = f"table {item.db}.{item.table} at commit_ts {item.commit_ts} (topic {item.where.topic})"
         if schema is None:
             raise ApplyError(

@@ -22,6 +22,12 @@ across tables, does what :class:`ResolvedBuffer` does:
    ``(commit_ts, DDL first, pos)`` order; anything at or below the released
    ``T`` that arrives later is a re-delivery and is dropped.
 
+The row changes of a commit_ts that reach ``SPILL_ROWS`` move to disk
+(:mod:`bridge.apps.consume.spill`), so a transaction of millions of rows
+does not have to fit in memory; such a commit_ts is released as one
+:class:`~bridge.apps.consume.spill.SpilledRows` (after its DDL events, if
+any) in place of its row changes, which its reader reads back in order.
+
 Nothing here reads Kafka; :mod:`bridge.apps.consume.reader` feeds it.
 """
 
@@ -32,8 +38,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from bridge.apps.consume.items import DDLItem, Ordered, RowItem
+from bridge.apps.consume.spill import SPILL_ROWS, SpilledRows, SpillStore
 
 TopicPartition = tuple[str, int]
+Released = Ordered | SpilledRows  # what take_ready hands out
 
 
 @dataclass
@@ -56,7 +64,7 @@ def order_key(item: Ordered) -> tuple[int, int, int, str]:
 class ResolvedBuffer:
     """See the module docstring. ``released_ts`` starts at ``start_ts`` (0: nothing released)."""
 
-    def __init__(self, start_ts: int = 0) -> None:
+    def __init__(self, start_ts: int = 0, spill_rows: int = SPILL_ROWS) -> None:
         self.released_ts = start_ts
         self.stats = BufferStats()
         self._watermarks: dict[TopicPartition, int] = {}
@@ -65,6 +73,10 @@ class ResolvedBuffer:
         # commit_ts -> dedup key -> item; a heap of the commit_ts present
         self._pending: dict[int, dict[tuple[str, int, int], Ordered]] = {}
         self._heap: list[int] = []
+        # commit_ts whose row changes are on disk -> how many were added there (duplicates included)
+        self._spilled: dict[int, int] = {}
+        self._spill = SpillStore()
+        self._spill_rows = spill_rows
         # topic named by a buffered DDL, not assigned yet -> lowest commit_ts of such a DDL
         self._awaited: dict[str, int] = {}
 
@@ -140,6 +152,12 @@ class ResolvedBuffer:
         if commit_ts <= self.released_ts:
             self.stats.duplicates += 1
             return False
+        if commit_ts in self._spilled and isinstance(item, RowItem):
+            self._spill.add(item)  # a re-delivery is dropped by the store (counted on release)
+            self._spilled[commit_ts] += 1
+            self.stats.buffered += 1
+            self.stats.accepted += 1
+            return True
         key = item.dedup_key()
         bucket = self._pending.get(commit_ts)
         if bucket is None:
@@ -151,30 +169,53 @@ class ResolvedBuffer:
         bucket[key] = item
         self.stats.buffered += 1
         self.stats.accepted += 1
+        if len(bucket) >= self._spill_rows and isinstance(item, RowItem):
+            self._to_disk(commit_ts, bucket)
         if isinstance(item, DDLItem):
             topic = item.table_topic
             if topic and topic not in self._assigned_topics:
                 self._awaited[topic] = min(self._awaited.get(topic, commit_ts), commit_ts)
         return True
 
-    def take_ready(self, limit_ts: int | None = None) -> tuple[int, list[Ordered]]:
+    def _to_disk(self, commit_ts: int, bucket: dict[tuple[str, int, int], Ordered]) -> None:
+        """Move the row changes of ``commit_ts`` to the spill store (its DDL events stay)."""
+        rows = [key for key, item in bucket.items() if isinstance(item, RowItem)]
+        for key in rows:
+            self._spill.add(bucket.pop(key))  # type: ignore[arg-type]
+        self._spilled[commit_ts] = len(rows)
+
+    def take_ready(self, limit_ts: int | None = None) -> tuple[int, list[Released]]:
         """Release everything up to the watermark (and ``limit_ts``): (the new released_ts, the items
-        in apply order). The list is empty and released_ts unchanged when nothing moved."""
+        in apply order). The list is empty and released_ts unchanged when nothing moved. A commit_ts
+        whose rows were spilled comes as its DDL events, then one :class:`SpilledRows`, which the
+        caller closes once it applied them."""
         target = self.watermark()
         if limit_ts is not None:
             target = min(target, max(limit_ts, self.released_ts))
         if target <= self.released_ts:
             return self.released_ts, []
-        out: list[Ordered] = []
+        out: list[Released] = []
         while self._heap and self._heap[0] <= target:
             commit_ts = heapq.heappop(self._heap)
             bucket = self._pending.pop(commit_ts)
-            out.extend(sorted(bucket.values(), key=order_key))
+            items = sorted(bucket.values(), key=order_key)
+            out.extend(items)
+            self.stats.buffered -= len(items)
+            self.stats.released += len(items)
+            added = self._spilled.pop(commit_ts, None)
+            if added is not None:
+                spilled = self._spill.release(commit_ts)
+                out.append(spilled)
+                self.stats.buffered -= added
+                self.stats.released += spilled.count
+                self.stats.duplicates += added - spilled.count
         self.released_ts = target
-        self.stats.buffered -= len(out)
-        self.stats.released += len(out)
         return target, out
 
+    def close(self) -> None:
+        """Delete the spill store (rows on disk not applied yet are gone)."""
+        self._spill.close()
 
-def rows_of(items: Iterable[Ordered]) -> list[RowItem]:
+
+def rows_of(items: Iterable[Released]) -> list[RowItem]:
     return [i for i in items if isinstance(i, RowItem)]

@@ -11,6 +11,7 @@ it; with ``--apply`` everything up to it applied), or after
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 import time
@@ -220,7 +221,7 @@ def run_apply(reader: ChangeReader, applier: Applier, limits: Limits) -> Summary
     loop = Loop(reader, buffer, limits)
     summary = Summary("apply")
     retirements = Retirements(reader.ddl_topic)
-    with stop_on_signals("consume") as stop:
+    with stop_on_signals("consume") as stop, contextlib.closing(buffer):
         reader.refresh(force=True)
         if reader.ddl_topic not in reader.assigned:
             loop.report(f"DDL topic {reader.ddl_topic} does not exist (yet); waiting for it")
