@@ -13,6 +13,7 @@ producer's TOML may hold a ``[pump-client]`` table with these keys::
     batch-max = 512
     batch-max-bytes = 4194304
     max-inflight-batches = 2
+    chunk-bytes = 4194304       # a larger transaction travels in parts; 0 = never
     max-pending-txns = 200000
     discovery-wait = "5s"
     cluster-id = 0              # 0 = ask the meta service
@@ -30,6 +31,10 @@ from bridge.errors import ConfigError
 from bridge.grpcutil import SecurityConfig
 
 Strategy = Literal["range", "hash", "score"]
+
+# The smallest chunk-bytes: a part also carries a binlog's fields, and parts of
+# a few hundred bytes would make a transaction thousands of calls.
+MIN_CHUNK_BYTES = 1024
 
 
 def _duration(default: float, help_text: str) -> float:
@@ -63,6 +68,13 @@ class PumpClientConfig:
     max_inflight_batches: int = field(
         default=2, metadata={"help": "WriteBinlogs calls in flight per pump; more binlogs wait and coalesce"}
     )
+    chunk_bytes: int = field(
+        default=4 * 1024 * 1024,
+        metadata={
+            "help": "a DML Prewrite whose row changes serialize to more bytes is written in parts "
+            "(PrewriteChunk binlogs) of at most this size; 0 = never split"
+        },
+    )
     max_pending_txns: int = field(
         default=200_000,
         metadata={
@@ -92,6 +104,11 @@ class PumpClientConfig:
             raise ConfigError(
                 f"retry-backoff-max: must be at least retry-backoff ({self.retry_backoff}s), "
                 f"got {self.retry_backoff_max}s"
+            )
+        if self.chunk_bytes != 0 and self.chunk_bytes < MIN_CHUNK_BYTES:
+            raise ConfigError(
+                f"chunk-bytes: must be 0 (never split a transaction) or at least {MIN_CHUNK_BYTES}, "
+                f"got {self.chunk_bytes!r}"
             )
         if self.cluster_id < 0:
             raise ConfigError(f"cluster-id: must not be negative, got {self.cluster_id}")
