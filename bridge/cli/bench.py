@@ -24,6 +24,7 @@ BENCHES: dict[str, str] = {
     "drainer": "bench.drainer",
     "latency": "bench.latency",
     "mysql": "bench.mysql",
+    "bigtxn": "bench.bigtxn",
     "kafka": "bench.kafka",
     "spark": "bench.spark",
     "capture": "bench.capture",
