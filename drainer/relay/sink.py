@@ -15,9 +15,12 @@ drainer's relay log (``[syncer.relay]``), for any sink.
 The files are the file sink's format (:mod:`drainer.sinks.file.binlogfile`): each
 file's header carries the highest commit_ts before it and the schema
 snapshot valid there, so a file decodes alone; a torn tail (a crash in the
-middle of an append) is truncated when the relay is opened again. A file
-rotates once it reaches ``max-file-size``, always between events; the file
-being written is never removed. ``relay-meta.json`` in the directory names
+middle of an append) is truncated when the relay is opened again, and so are
+the parts of a chunked transaction whose final binlog was not written yet (a
+transaction's parts and final binlog share its commit_ts and one file; the
+relay counts it written only once the final is, so a restart writes it again
+whole). A file rotates once it reaches ``max-file-size``, always between
+transactions; the file being written is never removed. ``relay-meta.json`` in the directory names
 the cluster the relay belongs to, so a recovery that cannot ask the meta
 service knows whose checkpoint to read, and a relay directory of another
 cluster is refused.
@@ -230,7 +233,7 @@ class RelaySink(Sink):
         """The first relayed commit_ts above ``resume_ts`` listed in ``ignored``, or 0."""
         if not self.ignored:
             return 0
-        for stored in BinlogFileReader(self.directory).events():
+        for stored in BinlogFileReader(self.directory).events(parts=False):
             if stored.commit_ts > resume_ts and stored.commit_ts in self.ignored:
                 return stored.commit_ts
         return 0

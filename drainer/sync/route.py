@@ -26,7 +26,10 @@ sink names its topics from them (``topic-template``'s ``{db}`` and
 and ``[skip]`` rules match the upstream names (they run before routing); the
 schema tracker and the checkpoint keep the upstream names, so adding or
 changing a rule needs no new checkpoint. A relay log stores the binlog as
-pulled, before routing.
+pulled, before routing. A routed transaction keeps its binlog bytes as pulled
+(``payload`` and a chunked transaction's ``parts``: rows by table id, no
+names) and loses ``raw`` (the undecoded changes carry the upstream schemas),
+so a sink decodes its routed rows.
 """
 
 from __future__ import annotations
@@ -368,8 +371,15 @@ def route_context(context: SinkContext, router: Router) -> SinkContext:
 def route_event(event: Event, router: Router) -> Event:
     """``event`` with routed names (the same event when it has none to route)."""
     if isinstance(event, TxnEvent):
+        # the binlog bytes (payload, a chunked transaction's parts) stay as pulled; raw is
+        # dropped (its changes carry the upstream schemas), so sinks decode the routed rows
         return TxnEvent(
-            event.start_ts, event.commit_ts, event.payload, _RoutedRows(event, router), event.row_count
+            event.start_ts,
+            event.commit_ts,
+            event.payload,
+            _RoutedRows(event, router),
+            event.row_count,
+            parts=event.parts,
         )
     if isinstance(event, DDLEvent):
         return _route_ddl(event, router)

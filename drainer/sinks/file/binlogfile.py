@@ -14,12 +14,19 @@ are **events**:
   every table schema valid at that point, so a file decodes on its own;
 - event payload: ``0x02 | commit_ts u64 | binlog``: the transaction's or
   DDL's binlog bytes as pulled from the pump (``tp = Commit``, commit_ts
-  set), in strictly increasing commit_ts.
+  set), in strictly increasing commit_ts;
+- part payload: ``0x03 | commit_ts u64 | binlog``: one part of a transaction
+  that travelled in chunks (a ``PrewriteChunk`` binlog as pulled, commit_ts
+  set). A chunked transaction is its parts in chunk order, then its event
+  record (the final binlog, ``chunks = n``), all with its commit_ts, all in
+  one file: a file rotates only between transactions.
 
-A file is rotated once it reaches the size limit, always between records. A
-crash can leave the last file's last record incomplete (a *torn tail*): the
-writer truncates it at open, the reader stops before it. A bad record
-anywhere else is corruption and raises :class:`~bridge.errors.ProtocolError`.
+A file is rotated once it reaches the size limit, always between
+transactions. A crash can leave the last file's last record incomplete (a
+*torn tail*), or end it with the parts of a transaction whose event record
+was never written: the writer truncates both at open (so the transaction is
+written again, whole), the reader stops before them. A bad record anywhere
+else is corruption and raises :class:`~bridge.errors.ProtocolError`.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ import logging
 import os
 import re
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -36,6 +43,7 @@ from typing import BinaryIO
 import google_crc32c
 
 from bridge.binlog import parse_binlog, read_schema_change
+from bridge.chunks import ChunkAssembler, SpilledParts
 from bridge.errors import ProtocolError
 from bridge.proto import row_pb2
 from bridge.sink.schema import SchemaTracker
@@ -46,6 +54,7 @@ MAGIC = 0x42424631
 RECORD_HEAD = struct.Struct(">IQI")
 KIND_HEADER = 1
 KIND_EVENT = 2
+KIND_PART = 3
 _TS = struct.Struct(">Q")
 _NAME = re.compile(r"^binlog-(\d{10})\.bbf$")
 MAX_RECORD = 1 << 36  # a length beyond this is garbage, not a record
@@ -73,6 +82,14 @@ def header_payload(prev_ts: int, snapshot: bytes) -> bytes:
 
 def event_payload(commit_ts: int, binlog: bytes) -> bytes:
     return bytes((KIND_EVENT,)) + _TS.pack(commit_ts) + binlog
+
+
+def encode_parts(kind: int, commit_ts: int, binlog: bytes) -> tuple[bytes, bytes]:
+    """An event or part record as (head + kind + commit_ts, binlog): written one after the
+    other, so a large binlog is never copied into a record."""
+    prefix = bytes((kind,)) + _TS.pack(commit_ts)
+    crc = google_crc32c.extend(google_crc32c.value(prefix), binlog)
+    return RECORD_HEAD.pack(MAGIC, len(prefix) + len(binlog), crc) + prefix, binlog
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +132,7 @@ def iter_records(path: Path) -> Iterator[Record]:
             if google_crc32c.value(payload) != crc:
                 raise TornTail(offset, f"record at offset {offset} fails its CRC32C")
             kind = payload[0]
-            if kind not in (KIND_HEADER, KIND_EVENT) or (kind == KIND_HEADER) != (offset == 0):
+            if kind not in (KIND_HEADER, KIND_EVENT, KIND_PART) or (kind == KIND_HEADER) != (offset == 0):
                 raise TornTail(offset, f"record of kind {kind} at offset {offset}")
             offset += RECORD_HEAD.size + length
             (ts,) = _TS.unpack_from(payload, 1)
@@ -180,39 +197,78 @@ class BinlogFileWriter:
     def _recover(self, path: Path) -> tuple[int, Record | None]:
         header: Record | None = None
         end = 0
+        cut: int | None = None  # where a torn tail or an unfinished chunked transaction starts
+        parts_from: int | None = None  # offset of the first part of a transaction not finished yet
+        parts = 0
         try:
             for record in iter_records(path):
                 if record.kind == KIND_HEADER:
                     header = record
                     self.tracker = SchemaTracker.restore(record.data)
                     self.last_ts = record.commit_ts
+                elif record.kind == KIND_PART:
+                    parts_from = end if parts_from is None else parts_from
+                    parts += 1
                 else:
                     apply_ddl_record(self.tracker, record.data)
                     self.last_ts = record.commit_ts
+                    parts_from, parts = None, 0
                 end = record.end
         except TornTail as torn:
             log.warning("binlog file %s: torn tail at offset %d (%s); truncating", path, torn.offset, torn)
+            cut = torn.offset
+        if parts_from is not None:
+            log.warning(
+                "binlog file %s: ends with %d parts of a transaction whose last binlog was never "
+                "written; truncating at offset %d (the transaction is written again whole)",
+                path,
+                parts,
+                parts_from,
+            )
+            cut = end = parts_from
+        if cut is not None:
             with path.open("r+b") as stream:
-                stream.truncate(torn.offset)
+                stream.truncate(cut)
                 os.fsync(stream.fileno())
         return end, header
 
-    def append(self, commit_ts: int, binlog: bytes, change: row_pb2.SchemaChange | None = None) -> None:
-        """Store one event; ``change`` is its schema change when it is a DDL."""
+    def append(
+        self,
+        commit_ts: int,
+        binlog: bytes,
+        change: row_pb2.SchemaChange | None = None,
+        parts: Iterable[bytes] = (),
+    ) -> None:
+        """Store one event; ``change`` is its schema change when it is a DDL; ``parts`` the
+        PrewriteChunk binlogs of a transaction that travelled in chunks, stored before it in
+        the same file. Whatever fails (a write, reading a part) leaves nothing of the event."""
         if self._stream is None or self._size >= self.max_file_size:
             self._rotate()
-        assert self._stream is not None
-        record = encode_record(event_payload(commit_ts, binlog))
+        stream = self._stream
+        assert stream is not None
+        written = 0
         try:
-            self._stream.write(record)
-            self._stream.flush()
-        except OSError:
-            self._stream.truncate(self._size)  # no partial record stays behind a failed write
+            for part in parts:
+                written += self._write(stream, KIND_PART, commit_ts, part)
+            written += self._write(stream, KIND_EVENT, commit_ts, binlog)
+            stream.flush()
+        except BaseException:
+            # No partial record or transaction stays behind; the seek matters for a file this
+            # writer created (not opened for appending), where writes go at the position.
+            stream.truncate(self._size)
+            stream.seek(self._size)
             raise
-        self._size += len(record)
+        self._size += written
         if change is not None:
             self.tracker.apply(change)
         self.last_ts = commit_ts
+
+    @staticmethod
+    def _write(stream: BinaryIO, kind: int, commit_ts: int, binlog: bytes) -> int:
+        head, data = encode_parts(kind, commit_ts, binlog)
+        stream.write(head)
+        stream.write(data)
+        return len(head) + len(data)
 
     def _rotate(self) -> None:
         if self._stream is not None:
@@ -245,16 +301,21 @@ class BinlogFileWriter:
 
 @dataclass(frozen=True, slots=True)
 class StoredEvent:
+    """One stored event; ``parts``: the spilled parts of a chunked transaction (the reader's
+    caller closes them, or the garbage collector does)."""
+
     commit_ts: int
     binlog: bytes
     path: Path
+    parts: SpilledParts | None = None
 
 
 class BinlogFileReader:
     """Reads a directory's events in order from the file holding a starting commit_ts."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, spill_dir: Path | None = None) -> None:
         self.directory = directory
+        self.spill_dir = spill_dir  # where the parts of chunked transactions are gathered
         self.files = list_files(directory)
 
     def start(self, start_ts: int) -> tuple[int, bytes]:
@@ -272,10 +333,38 @@ class BinlogFileReader:
             chosen, snapshot = position, header.data
         return chosen, snapshot
 
-    def events(self, first_file: int = 0) -> Iterator[StoredEvent]:
+    def events(self, first_file: int = 0, parts: bool = True) -> Iterator[StoredEvent]:
+        """The events from file ``first_file`` on. A chunked transaction's parts are gathered
+        on disk (:class:`bridge.chunks.ChunkAssembler`, one part in memory at a time) and come
+        with its event; ``parts=False`` skips them (for callers after commit_ts or DDLs only).
+        Parts that end the last file without their event (a crash while they were written)
+        are dropped; anywhere else that is corruption."""
         last = len(self.files) - 1
         for position in range(first_file, len(self.files)):
             path = self.files[position][1]
-            for record in read_file(path, last=position == last):
-                if record.kind == KIND_EVENT:
-                    yield StoredEvent(record.commit_ts, record.data, path)
+            assembler = ChunkAssembler(f"binlog file {path}", self.spill_dir)
+            held = 0
+            try:
+                for record in read_file(path, last=position == last):
+                    if record.kind == KIND_PART:
+                        held += 1
+                        if parts:
+                            assembler.add(record.data)
+                    elif record.kind == KIND_EVENT:
+                        spilled = assembler.finish(record.data) if parts else None
+                        held = 0
+                        yield StoredEvent(record.commit_ts, record.data, path, spilled)
+                if held and position != last:
+                    raise ProtocolError(
+                        f"binlog file {path}: ends with {held} parts of a transaction whose last "
+                        "binlog is not there (corrupt: a transaction never spans two files)"
+                    )
+                if held:
+                    log.warning(
+                        "binlog file %s: ends with %d parts of an unfinished transaction (a crash "
+                        "while it was written); not read",
+                        path,
+                        held,
+                    )
+            finally:
+                assembler.reset()

@@ -10,8 +10,10 @@ key                 default                       meaning
 ==================  ============================  ===============================================
 
 Every transaction and DDL is stored as its pulled binlog bytes with its
-commit_ts (format: :mod:`drainer.sinks.file.binlogfile`); ``binlog-bridge replay``
-applies a range of them to a SQL downstream. Resolved events are not stored:
+commit_ts (format: :mod:`drainer.sinks.file.binlogfile`); a transaction that
+travelled in chunks (``TxnEvent.parts``) is stored as its parts, then its
+final binlog, in one file. ``binlog-bridge replay`` applies a range of them
+to a SQL downstream. Resolved events are not stored:
 they only move the position ``flush`` reports.
 
 Guarantees: ``flush`` fsyncs and returns the highest commit_ts written (or
@@ -37,7 +39,7 @@ from bridge.config import build
 from bridge.errors import ConfigError
 from bridge.sink.contract import Sink, SinkContext
 from bridge.sink.errors import SinkApplyError, SinkError, SinkUnavailable
-from bridge.sink.events import DDLEvent, Event, ResolvedEvent
+from bridge.sink.events import DDLEvent, Event, ResolvedEvent, TxnEvent
 from bridge.sink.schema import SchemaTrackError
 from drainer.sinks.file.binlogfile import BinlogFileWriter
 
@@ -112,8 +114,10 @@ def append_events(
             continue  # written already (a retry, or re-delivered after a restart)
         if not isinstance(event, ResolvedEvent):
             change = event.change if isinstance(event, DDLEvent) else None
+            parts = event.parts() if isinstance(event, TxnEvent) and event.parts is not None else ()
             try:
-                writer.append(event.commit_ts, event.payload, change)
+                # a chunked transaction: its parts, then its final binlog, all or nothing
+                writer.append(event.commit_ts, event.payload, change, parts)
             except OSError as exc:
                 raise SinkUnavailable(f"{where}: commit_ts {event.commit_ts}: cannot write: {exc}") from exc
             except SchemaTrackError as exc:
