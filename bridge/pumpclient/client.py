@@ -18,6 +18,13 @@ shares because it runs this code:
   ``bridge_pump_client_commit_unsent_total``. A Commit whose Prewrite this
   client does not know (another process wrote it, or the route was evicted)
   is routed like a Prewrite.
+- A DML **Prewrite larger than** ``chunk-bytes`` is written to one pump as
+  PrewriteChunk parts and then the Prewrite (:mod:`bridge.pumpclient.chunked`).
+  If that pump fails part-way, the transaction starts again from part 1 on the
+  next pump, with the same rounds and pauses as a Prewrite; ``write-timeout``
+  then bounds the time without progress (it starts again after each durable
+  part), so a transaction of any size can finish. Its route is remembered once
+  the final Prewrite is durable.
 - A binlog the pump itself refuses (its errmsg, e.g. malformed) raises
   :class:`PumpRejected` and is not offered to other pumps.
 
@@ -37,7 +44,7 @@ from types import TracebackType
 from bridge.errors import NoPumpAvailable, PumpUnavailable
 from bridge.meta.client import MetaClient
 from bridge.proto import binlog_pb2
-from bridge.pumpclient import metrics
+from bridge.pumpclient import chunked, metrics
 from bridge.pumpclient.config import PumpClientConfig
 from bridge.pumpclient.discovery import RegistryWatcher, probe_forever
 from bridge.pumpclient.node import PumpNode
@@ -72,6 +79,10 @@ class _Attempts:
 
     def remaining(self) -> float:
         return self.deadline - self._loop.time()
+
+    def progressed(self) -> None:
+        """A part of a chunked transaction is durable: the write-timeout starts again."""
+        self.deadline = self._loop.time() + self._config.write_timeout
 
     def failed(self, node: PumpNode, exc: PumpUnavailable) -> None:
         self.errors[node.label] = str(exc)
@@ -206,11 +217,12 @@ class AsyncPumpsClient:
         started = time.perf_counter()
         tp = binlog.tp
         kind = _KINDS[tp]
-        payload = binlog.SerializeToString()
         if tp in _SECOND_PHASE:
-            await self._write_second_phase(pool, binlog.start_ts, payload, kind)
+            await self._write_second_phase(pool, binlog.start_ts, binlog.SerializeToString(), kind)
+        elif chunked.needs_chunks(binlog, self.config.chunk_bytes):
+            await self._write_chunked(pool, binlog)
         else:
-            await self._write_first_phase(pool, tp, binlog.start_ts, payload, kind)
+            await self._write_first_phase(pool, tp, binlog.start_ts, binlog.SerializeToString(), kind)
         metrics.write_seconds(kind).observe(time.perf_counter() - started)
 
     async def _write_first_phase(
@@ -238,6 +250,41 @@ class AsyncPumpsClient:
             if not await attempts.pause():
                 raise NoPumpAvailable(
                     f"no pump took the {kind} binlog of start_ts {start_ts} within "
+                    f"write-timeout {self.config.write_timeout:g}s: {attempts.summary()}"
+                )
+            candidates = pool.prewrite_candidates(start_ts)
+
+    async def _write_chunked(self, pool: PumpPool, binlog: binlog_pb2.Binlog) -> None:
+        """A large Prewrite in parts to one pump; on a failure, from part 1 on the next (see the module)."""
+        start_ts = binlog.start_ts
+        value = await asyncio.to_thread(chunked.parse_value, binlog)
+        loop = asyncio.get_running_loop()
+        attempts = _Attempts(loop, self.config, loop.time() + self.config.write_timeout)
+        candidates = pool.prewrite_candidates(start_ts)
+        started = False
+        while True:
+            for node in candidates:
+                if attempts.remaining() <= 0:
+                    break
+                if started:
+                    metrics.CHUNKED_RESTARTS.inc()
+                    log.info(
+                        "writing the chunked Prewrite of start_ts %d again on pump %s", start_ts, node.label
+                    )
+                started = True
+                try:
+                    await chunked.write_chunked(
+                        node, binlog, value, self.config.chunk_bytes, attempts.remaining, attempts.progressed
+                    )
+                except PumpUnavailable as exc:
+                    attempts.failed(node, exc)
+                    continue
+                self._routes.remember(start_ts, node.node_id)
+                metrics.CHUNKED_TXNS.inc()
+                return
+            if not await attempts.pause():
+                raise NoPumpAvailable(
+                    f"no pump took the chunked prewrite binlog of start_ts {start_ts} within "
                     f"write-timeout {self.config.write_timeout:g}s: {attempts.summary()}"
                 )
             candidates = pool.prewrite_candidates(start_ts)

@@ -111,3 +111,17 @@ def write_seconds(kind: str) -> Durations:
 @cache
 def writes(pump: str, kind: str, result: str) -> Counter:
     return WRITES.labels(pump=pump, type=kind, result=result)
+
+
+CHUNKED_TXNS = Counter(
+    "bridge_pump_client_chunked_txns_total",
+    "DML Prewrites larger than chunk-bytes that a pump took as PrewriteChunk parts and a final Prewrite",
+)
+CHUNK_PARTS = Counter(
+    "bridge_pump_client_chunk_parts_total",
+    "PrewriteChunk binlogs a pump took (a transaction retried on another pump counts its parts again)",
+)
+CHUNKED_RESTARTS = Counter(
+    "bridge_pump_client_chunked_restarts_total",
+    "Chunked transactions started again from part 1 on another pump after a pump failed part-way",
+)
