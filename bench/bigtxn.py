@@ -20,7 +20,7 @@ the transaction, in MiB; ``ceiling``: 512 MiB, the goal of issue 16 item 7
 peak RSS is reported apart. ``consume_peak_rss_mib``: the consume child's
 highest ``VmHWM`` read while it ran (every 0.2 s). The downstream table is
 checked: row count, ``SUM(customer)`` and ``SUM(weight)`` equal those of the
-rows written. The run's database is dropped at the end.
+rows written. The run's database (and topics) are dropped at the end.
 """
 
 from __future__ import annotations
@@ -37,6 +37,8 @@ from pathlib import Path
 from typing import Any
 
 import pymysql
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
 
 from bench import mysql_workload as workload
 from bench.drainer import (
@@ -238,6 +240,17 @@ def verify(dsn: Dsn, schema: row_pb2.TableSchema, rows: int) -> dict[str, Any]:
     return {"rows": count, "checked": "row count, SUM(customer), SUM(weight)"}
 
 
+def delete_topics(bootstrap: str, prefix: str) -> None:
+    """The run's topics (the test broker may keep them in memory)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    with contextlib.suppress(KafkaException):
+        names = [t for t in admin.list_topics(timeout=10).topics if t.startswith(prefix + ".")]
+        if names:
+            for future in admin.delete_topics(names, operation_timeout=10).values():
+                with contextlib.suppress(KafkaException):
+                    future.result(30)
+
+
 def drop_database(dsn: Dsn, database: str) -> None:
     conn = dsn.connect(autocommit=True)
     try:
@@ -268,6 +281,8 @@ async def measure(args: argparse.Namespace, dsn: Dsn) -> dict[str, Any]:
     finally:
         with contextlib.suppress(pymysql.err.MySQLError):
             drop_database(dsn, schema.db)
+        if args.sink == "kafka":
+            delete_topics(args.bootstrap_servers, prefix)
     out["total_seconds"] = round(time.perf_counter() - began, 1)
     return out
 
