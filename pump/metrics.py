@@ -29,7 +29,8 @@ _LATENCY_BUCKETS = (
 
 WRITES = Counter(
     "bridge_pump_writes_total",
-    "Binlogs written to this pump, by type (prewrite, commit, rollback, fake) and result "
+    "Binlogs written to this pump, by type (prewrite, commit, rollback, chunk: a part of a chunked "
+    "transaction, fake) and result "
     "(ok; refused: the pump's state or disk guard; invalid: a malformed or unknown binlog; "
     "error: storage failed)",
     ["type", "result"],
@@ -51,7 +52,8 @@ WRITES_IN_FLIGHT = Gauge(
 )
 PULL_ENTITIES = Counter(
     "bridge_pump_pull_entities_total",
-    "Entities streamed to drainers by PullBinlogs, by kind (binlog, watermark)",
+    "Entities streamed to drainers by PullBinlogs, by kind (binlog, chunk: a part of a chunked "
+    "transaction, watermark)",
     ["kind"],
 )
 PULL_STREAMS = Gauge(

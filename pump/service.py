@@ -8,7 +8,8 @@ Writes (``WriteBinlog``, ``WriteBinlogs``):
   :func:`bridge.binlog.parse_binlog`, deep: ``prewrite_value`` and
   ``ddl_schema_change`` too, with a fast path for the usual shapes). A payload that
   fails gets its own errmsg naming the fault; the others of the call are
-  stored. Only Prewrite, Commit and Rollback binlogs are stored; a fake
+  stored. Only Prewrite, Commit, Rollback and PrewriteChunk (the parts of a
+  chunked transaction, admitted like Prewrites) binlogs are stored; a fake
   binlog (a Rollback with ``commit_ts = start_ts``) is refused: only the pump
   writes those.
 - A probe (``start_ts = commit_ts = 0``) is not stored; it is answered with
@@ -42,6 +43,11 @@ commit_ts order and following new data until the call ends:
   Commit``, ``commit_ts`` set; the original pump's pulled form, which
   :func:`bridge.binlog.parse_binlog` accepts), ``meta = {startTs, commitTs}``
   and ``pos.offset = commit_ts``;
+- a chunked transaction as its parts first: each PrewriteChunk as the
+  producer sent it with ``commit_ts`` set (``tp`` stays PrewriteChunk), in
+  chunk order, with the same ``meta`` and ``pos.offset`` as the transaction,
+  then its Prewrite re-typed as above (it carries ``chunks``, their number);
+  a stream message may end between them;
 - watermarks, as Entities carrying a fake binlog (a Rollback with ``start_ts
   = commit_ts = ts``, the original's form), ``meta = {ts, ts}`` and
   ``pos.offset = ts``: no committed transaction at or below ``ts`` is still
@@ -70,15 +76,16 @@ from bridge.proto import binlog_pb2, pump_pb2
 from pump import metrics
 from pump.checks import read_write_payload
 from pump.guard import REFUSAL_PREFIX, TimestampGuard
-from pump.storage import CommittedTxn, PullItem, StorageError, StorageFailed
+from pump.storage import ChunkPart, CommittedTxn, PullItem, StorageError, StorageFailed
 from pump.wire import BadRequest, lenient_parser, pack_responses, txn_entity, watermark_entity
 
 log = logging.getLogger(__name__)
 
 # Plain ints: the enum wrapper's attribute lookup costs more than a parse here.
 _PREWRITE, _COMMIT, _ROLLBACK = BinlogType.Prewrite, BinlogType.Commit, BinlogType.Rollback
+_CHUNK = BinlogType.PrewriteChunk
 # Binlog types a pump stores -> the metrics label.
-_KINDS = {_PREWRITE: "prewrite", _COMMIT: "commit", _ROLLBACK: "rollback"}
+_KINDS = {_PREWRITE: "prewrite", _COMMIT: "commit", _ROLLBACK: "rollback", _CHUNK: "chunk"}
 _MESSAGE_SLACK = 64 * 1024
 PULL_MAX_ENTRIES = 1024
 PULL_MAX_BYTES = 4 << 20
@@ -289,7 +296,7 @@ class PumpService:
                     errmsgs[position] = out_of_bounds
                     tally[_KINDS[binlog.tp], "refused"] += 1
                     continue
-            prewrite = binlog.tp == _PREWRITE
+            prewrite = binlog.tp == _PREWRITE or binlog.tp == _CHUNK  # a part starts a transaction too
             refusal = refusals.get(prewrite)
             if refusal is None:
                 refusal = refusals[prewrite] = self._admission.write_refusal(prewrite)
@@ -405,15 +412,20 @@ class PumpService:
     @staticmethod
     def _entities(items: Sequence[PullItem]) -> list[pump_pb2.Entity]:
         entities: list[pump_pb2.Entity] = []
-        txns = 0
+        txns = parts = 0
         for item in items:
             if isinstance(item, CommittedTxn):
                 entities.append(txn_entity(item))
                 txns += 1
+            elif isinstance(item, ChunkPart):
+                entities.append(txn_entity(item))
+                parts += 1
             else:
                 entities.append(watermark_entity(item.ts))
         _PULLED_BINLOGS.inc(txns)
-        _PULLED_WATERMARKS.inc(len(entities) - txns)
+        if parts:
+            _PULLED_CHUNKS.inc(parts)
+        _PULLED_WATERMARKS.inc(len(entities) - txns - parts)
         return entities
 
     def end_pulls(self) -> None:
@@ -424,3 +436,4 @@ class PumpService:
 _WRITE_SECONDS = {kind: metrics.WRITE_SECONDS.labels(kind) for kind in _KINDS.values()}
 _PULLED_BINLOGS = metrics.PULL_ENTITIES.labels("binlog")
 _PULLED_WATERMARKS = metrics.PULL_ENTITIES.labels("watermark")
+_PULLED_CHUNKS = metrics.PULL_ENTITIES.labels("chunk")

@@ -1,6 +1,6 @@
 """The Pump service's wire forms: pulled entities, stream messages, request parsing.
 
-An Entity carries one committed transaction or one watermark (see
+An Entity carries one committed transaction, one part of a chunked one, or one watermark (see
 :mod:`pump.service` for the contract); ``checksum`` is the CRC32C
 (Castagnoli) of ``payload``, 4 bytes big-endian. Stream messages carry
 several entities in ``entities``; :func:`response_entities` also reads the
@@ -16,7 +16,7 @@ from google.protobuf.message import DecodeError, Message
 
 from bridge.binlog import fake_binlog
 from bridge.proto import pump_pb2
-from pump.storage import CommittedTxn
+from pump.storage import ChunkPart, CommittedTxn
 
 ENTITY_OVERHEAD = 64  # bytes an Entity adds to its payload on the wire, generously
 
@@ -49,7 +49,9 @@ def checksum(payload: bytes) -> bytes:
     return value.to_bytes(4, "big")
 
 
-def txn_entity(txn: CommittedTxn) -> pump_pb2.Entity:
+def txn_entity(txn: CommittedTxn | ChunkPart) -> pump_pb2.Entity:
+    """A committed transaction's final binlog, or one of its parts (a PrewriteChunk with
+    commit_ts set): meta and ``pos.offset`` are the transaction's either way."""
     payload = txn.commit_payload()
     return pump_pb2.Entity(
         pos=pump_pb2.Pos(offset=txn.commit_ts),

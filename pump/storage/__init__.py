@@ -22,10 +22,11 @@ from pump.storage.errors import (
     StorageFailed,
     StorageFull,
 )
-from pump.storage.pull import CommittedTxn, PullItem, Watermark
+from pump.storage.pull import ChunkPart, CommittedTxn, PullItem, Watermark
 from pump.storage.storage import Storage, StorageStats
 
 __all__ = [
+    "ChunkPart",
     "CommittedTxn",
     "CorruptLog",
     "DataDirLocked",

@@ -11,6 +11,7 @@ Keys (all integers big-endian, so byte order is numeric order)::
     b"c" + commit_ts u64  ->  start_ts u64 | segment u32 | offset u64   a committed transaction
     b"p" + start_ts u64   ->  segment u32 | offset u64                  an unpaired Prewrite
     b"o" + start_ts u64   ->  commit_ts u64                             an orphan Commit
+    b"k" + start_ts u64 + chunk u32  ->  segment u32 | offset u64       a PrewriteChunk (part)
     b"m:applied"          ->  segment u32 | offset u64                  value-log position indexed
     b"m:watermark", b"m:max-seen", b"m:latest", b"m:gc-ts"  ->  u64
 
@@ -32,13 +33,14 @@ from typing import Any, NamedTuple
 import lmdb
 
 from pump.storage.segment import Pointer
-from pump.storage.sorter import Changes, Committed, SorterState
+from pump.storage.sorter import Changes, Committed, Part, SorterState
 
 _TS = struct.Struct(">Q")
 _PTR = struct.Struct(">IQ")
 _COMMIT = struct.Struct(">QIQ")
+_PART = struct.Struct(">QI")
 
-COMMIT, UNPAIRED, ORPHAN = b"c", b"p", b"o"
+COMMIT, UNPAIRED, ORPHAN, PART = b"c", b"p", b"o", b"k"
 APPLIED = b"m:applied"
 WATERMARK, MAX_SEEN, LATEST, GC_TS = b"m:watermark", b"m:max-seen", b"m:latest", b"m:gc-ts"
 DELETE_CHUNK = 10_000
@@ -107,6 +109,8 @@ class Index:
                     txn.delete(key)
                 else:
                     txn.put(key, _TS.pack(orphan_commit_ts))
+            for start_ts, chunk, pointer in changes.parts:  # a second copy replaces the first
+                txn.put(PART + _PART.pack(start_ts, chunk), _PTR.pack(*pointer))
             txn.put(WATERMARK, _TS.pack(marks.watermark))
             txn.put(MAX_SEEN, _TS.pack(marks.max_seen))
             txn.put(LATEST, _TS.pack(marks.latest_ts))
@@ -133,19 +137,38 @@ class Index:
                 out.append(Committed(_u64(key[1:]), start_ts, Pointer(segment, offset)))
         return out
 
+    def has_parts(self) -> bool:
+        """True when any part is indexed (a pull skips the per-commit lookup otherwise)."""
+        with self._env.begin() as txn:
+            cursor = txn.cursor()
+            return bool(cursor.set_range(PART)) and bytes(cursor.key()[:1]) == PART
+
+    def parts(self, start_ts: int) -> list[Part]:
+        """The indexed parts of the transaction ``start_ts``, in chunk order."""
+        prefix = ts_key(PART, start_ts)
+        with self._env.begin() as txn:
+            return [
+                Part(start_ts, int.from_bytes(key[9:], "big"), _pointer(value))
+                for key, value in _prefixed(txn, prefix)
+            ]
+
     def delete_commits_before(self, ts: int) -> int:
         """GC: delete commits with commit_ts < ``ts``, in transactions of bounded size."""
+        return self._delete_range(COMMIT, ts_key(COMMIT, ts))
+
+    def delete_parts_before(self, ts: int) -> int:
+        """GC: delete the parts of transactions with start_ts < ``ts`` (committed ones are
+        below the GC ts too; the others were rolled back or never committed)."""
+        return self._delete_range(PART, ts_key(PART, ts))
+
+    def _delete_range(self, prefix: bytes, stop: bytes) -> int:
         deleted = 0
         while True:
             with self._env.begin(write=True) as txn:
                 cursor = txn.cursor()
                 count = 0
-                if cursor.set_range(COMMIT):
-                    while (
-                        count < DELETE_CHUNK
-                        and cursor.key()[:1] == COMMIT
-                        and cursor.key() < ts_key(COMMIT, ts)
-                    ):
+                if cursor.set_range(prefix):
+                    while count < DELETE_CHUNK and cursor.key()[:1] == prefix and cursor.key() < stop:
                         cursor.delete()
                         count += 1
             deleted += count

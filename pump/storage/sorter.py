@@ -46,7 +46,7 @@ from pump.storage.segment import Pointer
 
 log = logging.getLogger(__name__)
 
-PREWRITE, COMMIT, ROLLBACK = 0, 1, 2  # binlog.BinlogType
+PREWRITE, COMMIT, ROLLBACK, PREWRITE_CHUNK = 0, 1, 2, 5  # binlog.BinlogType
 HEAP_SLACK = 1024
 DEFAULT_ORPHAN_TIMEOUT_TS = 10_000 << PHYSICAL_SHIFT  # 10 s
 
@@ -54,6 +54,14 @@ DEFAULT_ORPHAN_TIMEOUT_TS = 10_000 << PHYSICAL_SHIFT  # 10 s
 def seconds_to_ts(seconds: float) -> int:
     """A duration in TSO units (milliseconds << 18)."""
     return int(seconds * 1000) << PHYSICAL_SHIFT
+
+
+class Part(NamedTuple):
+    """A stored PrewriteChunk: part ``chunk`` of the transaction ``start_ts``."""
+
+    start_ts: int
+    chunk: int
+    pointer: Pointer
 
 
 class Committed(NamedTuple):
@@ -80,6 +88,7 @@ class Changes:
     committed: list[Committed] = field(default_factory=list)
     unpaired: dict[int, Pointer | None] = field(default_factory=dict)
     orphans: dict[int, int | None] = field(default_factory=dict)
+    parts: list[Part] = field(default_factory=list)  # PrewriteChunks seen, in log order
 
 
 @dataclass
@@ -162,7 +171,9 @@ class Sorter:
     def add(self, tp: int, start_ts: int, commit_ts: int, pointer: Pointer) -> None:
         """Feed one record, in log order. Checks against the watermark use its
         value before this record: a Commit must not be judged late because
-        its own pairing let the watermark jump past it."""
+        its own pairing let the watermark jump past it. For a PrewriteChunk
+        ``commit_ts`` is its chunk index (it has no commit_ts), always below
+        its start_ts, so the log's clock moves as for a Prewrite."""
         state = self._state
         state.latest_ts = max(state.latest_ts, start_ts, commit_ts)
         if tp == PREWRITE:
@@ -174,6 +185,10 @@ class Sorter:
             state.max_seen = max(state.max_seen, commit_ts)
         elif tp == ROLLBACK:
             self._rollback(start_ts)
+        elif tp == PREWRITE_CHUNK:
+            # A part never pairs nor holds the watermark: it is only handed to the index.
+            # Its record carries the chunk index where other records carry commit_ts.
+            self._changes.parts.append(Part(start_ts, commit_ts, pointer))
         else:
             self.counters.ignored += 1
         self._expire_orphans()

@@ -36,15 +36,24 @@ from pump.storage.config import StorageConfig
 from pump.storage.errors import DataDirLocked, StorageClosed, StorageError
 from pump.storage.index import Index
 from pump.storage.late_commits import LateCommitGate
-from pump.storage.pull import CommittedTxn, PullItem, PullReader, Watermark
+from pump.storage.pull import ChunkPart, CommittedTxn, PullItem, PullReader, Watermark
 from pump.storage.segment import Pointer
-from pump.storage.sorter import COMMIT, PREWRITE, ROLLBACK, Sorter, SorterCounters, SorterState, seconds_to_ts
+from pump.storage.sorter import (
+    COMMIT,
+    PREWRITE,
+    PREWRITE_CHUNK,
+    ROLLBACK,
+    Sorter,
+    SorterCounters,
+    SorterState,
+    seconds_to_ts,
+)
 from pump.storage.vlog import ValueLog
 from pump.storage.writer import GroupCommitter, Record
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CommittedTxn", "PullItem", "Storage", "StorageStats", "Watermark"]
+__all__ = ["ChunkPart", "CommittedTxn", "PullItem", "Storage", "StorageStats", "Watermark"]
 
 
 @dataclass(frozen=True)
@@ -67,18 +76,24 @@ class StorageStats:
 
 
 def _record_of(payload: bytes) -> tuple[int, int, int]:
-    """(tp, start_ts, commit_ts) of a stored payload, for the chaser's slow path."""
+    """(tp, start_ts, commit_ts) of a stored payload, for the chaser's slow path; for a
+    PrewriteChunk, which has no commit_ts, (tp, start_ts, chunk) as :meth:`Storage.write`
+    records it."""
     try:
         binlog = binlog_pb2.Binlog.FromString(payload)
     except DecodeError:
         log.error("a value-log record passed its checksum but is not a Binlog; ignoring it")
         return -1, 0, 0
-    return binlog.tp, binlog.start_ts, binlog.commit_ts
+    tp = binlog.tp
+    return tp, binlog.start_ts, binlog.chunk if tp == PREWRITE_CHUNK else binlog.commit_ts
 
 
 def _ts_of(payload: bytes) -> int:
-    _, start_ts, commit_ts = _record_of(payload)
-    return max(start_ts, commit_ts)
+    try:
+        binlog = binlog_pb2.Binlog.FromString(payload)
+    except DecodeError:
+        return 0
+    return max(binlog.start_ts, binlog.commit_ts)
 
 
 def _check(tp: int, start_ts: int, commit_ts: int) -> None:
@@ -91,6 +106,10 @@ def _check(tp: int, start_ts: int, commit_ts: int) -> None:
     elif tp == ROLLBACK:
         ok = start_ts > 0 and commit_ts in (0, start_ts)
         problem = "" if ok else "a Rollback needs start_ts > 0 and no commit_ts (or = start_ts: fake)"
+    elif tp == PREWRITE_CHUNK:
+        problem = (
+            "" if start_ts > 0 and commit_ts == 0 else "a PrewriteChunk needs start_ts > 0 and no commit_ts"
+        )
     else:
         problem = f"binlog type {tp} is not stored by a pump"
     if problem:
@@ -131,7 +150,7 @@ class Storage:
         self._changed = asyncio.Event()
         self._closing = False
         self._closed = False
-        self._reads: set[asyncio.Future[tuple[list[PullItem], int]]] = set()
+        self._reads: set[asyncio.Future[tuple[list[PullItem], int, int]]] = set()
         self._failure: BaseException | None = None
         self._chaser = Chaser(
             vlog,
@@ -213,6 +232,12 @@ class Storage:
             if start_ts == 0 and commit_ts == 0:
                 continue  # a probe
             _check(tp, start_ts, commit_ts)
+            if tp == PREWRITE_CHUNK:  # its record carries the chunk index where others carry commit_ts
+                commit_ts = binlog.chunk
+                if commit_ts < 1:
+                    raise ProtocolError(
+                        f"invalid binlog (start_ts {start_ts}): a PrewriteChunk needs chunk >= 1"
+                    )
             records.append((payload, tp, start_ts, commit_ts))
         if not records:
             return
@@ -262,7 +287,7 @@ class Storage:
         """Committed transactions after ``after_commit_ts`` in commit_ts order, each
         once, interleaved with :class:`Watermark` items, following new data until
         the storage closes. See :mod:`pump.storage.pull`."""
-        cursor = after_commit_ts
+        cursor, parts_sent = after_commit_ts, 0  # parts sent of the transaction after the cursor
         if cursor + 1 < self._gc_ts:  # binlogs at or above gc_ts are all still there
             log.warning("pull from commit_ts %d: binlogs below the GC ts %d are gone", cursor, self._gc_ts)
         while not self._closed:
@@ -273,11 +298,11 @@ class Storage:
                 await changed.wait()
                 continue
             read = asyncio.ensure_future(
-                asyncio.to_thread(self._reader.read, cursor, watermark, max_entries, max_bytes)
+                asyncio.to_thread(self._reader.read, cursor, watermark, max_entries, max_bytes, parts_sent)
             )
             self._reads.add(read)
             read.add_done_callback(self._reads.discard)
-            items, cursor = await asyncio.shield(read)
+            items, cursor, parts_sent = await asyncio.shield(read)
             if items:
                 yield items
 
@@ -306,9 +331,16 @@ class Storage:
         below = self._vlog.next_position(self._chaser.applied).segment
         removed = self._vlog.remove_before(limit, below)
         deleted = self._index.delete_commits_before(limit)
+        parts = self._index.delete_parts_before(limit)
         self._index.set_gc_ts(limit)
         self._gc_ts = limit
-        log.info("GC to ts %d: removed %d segments and %d commit entries", limit, len(removed), deleted)
+        log.info(
+            "GC to ts %d: removed %d segments, %d commit entries and %d parts",
+            limit,
+            len(removed),
+            deleted,
+            parts,
+        )
         return limit
 
     async def wait_indexed(self) -> None:
