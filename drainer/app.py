@@ -124,6 +124,8 @@ class Drainer:
         self.config = config
         self.cluster_id = cluster_id
         data_dir = Path(config.data_dir)
+        self.spill_dir = config.spill_directory()
+        self.spill_dir.mkdir(parents=True, exist_ok=True)
         start = starting_state(checkpoint, config.initial_commit_ts)
         tracker = SchemaTracker.restore(start.schema)
         filters = config.filter
@@ -184,6 +186,7 @@ class Drainer:
             config.security,
             config.max_message_size,
             unreachable_after=config.pump_unreachable_timeout,
+            spill_dir=self.spill_dir,
         )
 
     def refresh_metrics(self) -> None:

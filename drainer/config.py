@@ -9,6 +9,7 @@
     data-dir = "./var/drainer"         # checkpoint and sink files
     status-addr = "127.0.0.1:8252"     # HTTP /status and /metrics
     initial-commit-ts = 0              # where a drainer without a checkpoint starts; 0 = the beginning
+    spill-dir = "spill"                # chunked transactions' parts (unlinked files; relative: in data-dir)
 
     [filter]                           # do-db, do-table, ignore-db, ignore-table, ignore-txn-commit-ts
     [skip]                             # commit-ts ranges, tables, unknown-table-ids (drainer.sync.skip)
@@ -196,6 +197,10 @@ class DrainerConfig(NodeAddressing):
     max_message_size: int = field(
         default=DEFAULT_MAX_MESSAGE_BYTES, metadata={"help": "largest gRPC message in bytes (and so binlog)"}
     )
+    spill_dir: str = field(
+        default="spill",
+        metadata={"help": "where chunked transactions' parts are gathered (relative: in data-dir)"},
+    )
     filter: FilterConfig = field(default_factory=FilterConfig)
     skip: SkipConfig = field(default_factory=SkipConfig)
     route: list[RouteConfig] = field(default_factory=list)  # [[route]], parsed by config_from_dict
@@ -205,10 +210,16 @@ class DrainerConfig(NodeAddressing):
     cluster_token: str = cluster_token_field()
     security: SecurityConfig = field(default_factory=SecurityConfig)
 
+    def spill_directory(self) -> Path:
+        """Where the parts of chunked transactions are gathered (a relative ``spill-dir`` is in data-dir)."""
+        return Path(self.data_dir) / self.spill_dir
+
     def validate(self) -> None:
         self.validate_addressing()
         if not self.data_dir:
             raise ConfigError("data-dir: must not be empty")
+        if not self.spill_dir:
+            raise ConfigError('spill-dir: must not be empty (default "spill", in data-dir)')
         if self.initial_commit_ts < 0:
             raise ConfigError(f"initial-commit-ts: expected a commit_ts >= 0, got {self.initial_commit_ts}")
         if self.node_id and ("/" in self.node_id or not self.node_id.isprintable() or " " in self.node_id):

@@ -47,6 +47,14 @@ PUMP_BUFFERED_BYTES = Gauge(
     "Payload bytes pulled from each pump and waiting to be merged",
     ["pump"],
 )
+CHUNKED_TXNS = Counter(
+    "bridge_drainer_chunked_txns_total",
+    "Transactions pulled in chunks (their parts gathered on disk before the merge)",
+)
+SPILLED_BYTES = Counter(
+    "bridge_drainer_spilled_bytes_total",
+    "Bytes of chunked transactions' parts written to the spill directory",
+)
 PULLED_MESSAGES = Counter(
     "bridge_drainer_pulled_messages_total",
     "PullBinlogs stream messages received, by pump",

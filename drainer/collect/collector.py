@@ -244,6 +244,7 @@ class Collector:
                     connects=puller[0].status.connects,
                     last_error=puller[0].status.last_error or None,
                     unreachable=puller[0].status.unreachable,
+                    pending_parts=puller[0].status.pending_parts,
                 )
             out.append(entry)
         return out

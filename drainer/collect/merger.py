@@ -26,7 +26,9 @@ is let go, and only once it is *drained*: its watermark reached the final
 one it registered and its queue is empty.
 
 Memory: each source's queue is bounded by :meth:`Merger.has_room` (items and
-bytes); the puller waits for room before reading the next stream message.
+bytes); the puller waits for room before reading the next stream message. A
+chunked transaction counts with its final binlog only: its parts wait on disk
+(:mod:`bridge.chunks`).
 
 :class:`Merger` is plain and synchronous; :class:`MergeFeed` puts it on an
 asyncio loop for the pullers (producers) and the syncer (the consumer).
@@ -41,6 +43,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from bridge.chunks import SpilledParts
 from bridge.errors import ProtocolError
 
 log = logging.getLogger(__name__)
@@ -52,7 +55,9 @@ class PulledTxn:
 
     ``value_span`` is where ``prewrite_value`` lies in ``payload`` (``None``
     when not located: the payload is parsed again to find it); ``ddl`` says
-    whether the binlog is a DDL.
+    whether the binlog is a DDL. A transaction that travelled in chunks has
+    ``parts``, its PrewriteChunk binlogs gathered on disk (``payload`` is the
+    final binlog); ``size`` counts only ``payload``, what is held in memory.
     """
 
     start_ts: int
@@ -60,10 +65,16 @@ class PulledTxn:
     payload: bytes = field(repr=False)
     ddl: bool = False
     value_span: tuple[int, int] | None = None
+    parts: SpilledParts | None = None
 
     @property
     def size(self) -> int:
         return len(self.payload)
+
+    def release(self) -> None:
+        """Let the parts' file go (a transaction the merge drops)."""
+        if self.parts is not None:
+            self.parts.close()
 
 
 PulledItem = PulledTxn | int
@@ -148,6 +159,7 @@ class Merger:
             source.duplicates += 1
             self.duplicates += 1
             log.debug("source %s: dropped commit_ts %d (already delivered)", name, item.commit_ts)
+            item.release()
             return
         if not source.queue:
             heapq.heappush(self._heap, (item.commit_ts, item.start_ts, name))
@@ -204,6 +216,7 @@ class Merger:
             source.duplicates += 1
             self.duplicates += 1
             log.debug("source %s: dropped a second copy of commit_ts %d", name, commit_ts)
+            txn.release()
             return None
         raise MergeError(
             f"commit_ts {commit_ts} (start_ts {start_ts}) from pump {name} does not follow "

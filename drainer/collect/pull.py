@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import google_crc32c
@@ -36,12 +37,13 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from bridge.binlog import BinlogType
-from bridge.binlogscan import LENGTH, VARINT, fields, int64
+from bridge.binlogscan import LENGTH, PREWRITE_CHUNK, VARINT, fields, int64
 
 # re-exported: tests, bench and replay read binlog headers through here
 from bridge.binlogscan import SCAN_FROM_BYTES as SCAN_FROM_BYTES
 from bridge.binlogscan import BinlogHeader as BinlogHeader
 from bridge.binlogscan import scan_header as scan_header
+from bridge.chunks import ChunkAssembler
 from bridge.errors import ProtocolError
 from bridge.grpcutil import DEFAULT_MAX_MESSAGE_BYTES, SecurityConfig, aio_channel
 from bridge.proto import pump_pb2
@@ -56,23 +58,38 @@ MAX_BACKOFF = 2.0
 ERROR_LOG_EVERY = 10.0  # seconds between repeated "cannot pull" warnings for one pump
 UNREACHABLE_AFTER = 30.0  # default pump-unreachable-timeout, seconds
 PULL_METHOD = "/binlog.Pump/PullBinlogs"
+_CHUNKED_TXNS = metrics.CHUNKED_TXNS
+_SPILLED_BYTES = metrics.SPILLED_BYTES
 
 
-def entity_item(entity: pump_pb2.Entity, pump: str) -> PulledItem:
-    """A transaction or a watermark (int) from one Entity; :class:`ProtocolError` naming the pump."""
+def entity_item(
+    entity: pump_pb2.Entity, pump: str, chunks: ChunkAssembler | None = None
+) -> PulledItem | None:
+    """A transaction or a watermark (int) from one Entity; :class:`ProtocolError` naming the pump.
+
+    A chunked transaction's part goes to ``chunks`` (None returned); its final binlog comes
+    back as the transaction with its parts. Without ``chunks`` a part is refused."""
     meta = (entity.meta.startTs, entity.meta.commitTs) if entity.HasField("meta") else None
-    return _item(entity.payload, entity.checksum, entity.pos.offset, meta, pump)
+    return _item(entity.payload, entity.checksum, entity.pos.offset, meta, pump, chunks)
 
 
 def _item(
-    payload: bytes, checksum: bytes, offset: int, meta: tuple[int, int] | None, pump: str
-) -> PulledItem:
+    payload: bytes,
+    checksum: bytes,
+    offset: int,
+    meta: tuple[int, int] | None,
+    pump: str,
+    chunks: ChunkAssembler | None,
+) -> PulledItem | None:
     if checksum:
         crc: int = google_crc32c.value(payload)
         if crc.to_bytes(4, "big") != checksum:
             raise ProtocolError(f"pump {pump}: entity at offset {offset} fails its CRC32C checksum")
     header = scan_header(payload)
     if header.tp == BinlogType.Rollback and header.start_ts == header.commit_ts > 0:
+        if chunks is not None and chunks.pending:
+            # nothing at or above the unfinished transaction is passed until its last part came
+            return min(header.commit_ts, chunks.pending_commit_ts - 1)
         return header.commit_ts
     if header.commit_ts <= header.start_ts or header.start_ts <= 0:
         raise ProtocolError(
@@ -83,18 +100,37 @@ def _item(
         raise ProtocolError(
             f"pump {pump}: entity meta says commit_ts {meta[1]}, its binlog says {header.commit_ts}"
         )
-    return PulledTxn(header.start_ts, header.commit_ts, payload, header.ddl_job_id > 0, header.value_span)
+    if chunks is None:
+        if header.tp == PREWRITE_CHUNK or header.chunks:
+            raise ProtocolError(
+                f"pump {pump}: a chunked transaction (commit_ts {header.commit_ts}) where none is read"
+            )
+        parts = None
+    elif header.tp == PREWRITE_CHUNK:
+        chunks.add(payload, header)
+        _SPILLED_BYTES.inc(len(payload))
+        return None
+    else:
+        parts = chunks.finish(payload, header)
+        if parts is not None:
+            _CHUNKED_TXNS.inc()
+    return PulledTxn(
+        header.start_ts, header.commit_ts, payload, header.ddl_job_id > 0, header.value_span, parts
+    )
 
 
-def response_items(response: pump_pb2.PullBinlogResp, pump: str) -> list[PulledItem]:
+def response_items(
+    response: pump_pb2.PullBinlogResp, pump: str, chunks: ChunkAssembler | None = None
+) -> list[PulledItem]:
     """The items of one stream message, whichever of ``entity``/``entities`` carries them."""
     entities = list(response.entities)
     if not entities and response.HasField("entity"):
         entities = [response.entity]
-    return [entity_item(e, pump) for e in entities]
+    items = (entity_item(e, pump, chunks) for e in entities)
+    return [item for item in items if item is not None]
 
 
-def message_items(raw: bytes, pump: str) -> list[PulledItem]:
+def message_items(raw: bytes, pump: str, chunks: ChunkAssembler | None = None) -> list[PulledItem]:
     """The items of one stream message as received (a serialized ``PullBinlogResp``).
 
     A small message is parsed. A larger one is walked field by field, so that a large
@@ -106,7 +142,7 @@ def message_items(raw: bytes, pump: str) -> list[PulledItem]:
             response = pump_pb2.PullBinlogResp.FromString(raw)
         except DecodeError as exc:
             raise ProtocolError(f"pump {pump}: stream message is not a PullBinlogResp: {exc}") from None
-        return response_items(response, pump)
+        return response_items(response, pump, chunks)
     single: tuple[int, int] | None = None
     entities: list[tuple[int, int]] = []
     for number, wire, start, end in fields(raw, 0, len(raw), f"pump {pump}: stream message"):
@@ -115,10 +151,13 @@ def message_items(raw: bytes, pump: str) -> list[PulledItem]:
         elif wire == LENGTH and number == 2:
             entities.append((start, end))
     spans = entities or ([single] if single is not None else [])
-    return [_scanned_entity(raw, start, end, pump) for start, end in spans]
+    items = (_scanned_entity(raw, start, end, pump, chunks) for start, end in spans)
+    return [item for item in items if item is not None]
 
 
-def _scanned_entity(raw: bytes, start: int, end: int, pump: str) -> PulledItem:
+def _scanned_entity(
+    raw: bytes, start: int, end: int, pump: str, chunks: ChunkAssembler | None
+) -> PulledItem | None:
     """One ``Entity`` at ``raw[start:end]``: pos (1), payload (2), checksum (3), meta (4)."""
     where = f"pump {pump}: stream message entity"
     payload, checksum, offset = b"", b"", 0
@@ -139,7 +178,7 @@ def _scanned_entity(raw: bytes, start: int, end: int, pump: str) -> PulledItem:
             for n, w, value, _ in fields(raw, first, last, where):
                 if w == VARINT and n in (1, 2):
                     meta = (int64(value), meta[1]) if n == 1 else (meta[0], int64(value))
-    return _item(payload, checksum, offset, meta, pump)
+    return _item(payload, checksum, offset, meta, pump, chunks)
 
 
 def _raw(data: bytes) -> bytes:
@@ -157,6 +196,7 @@ class PullerStatus:
     last_error: str = ""
     last_error_at: float = 0.0
     unreachable: bool = False  # nothing pulled for unreachable_after seconds: the merge waits for it
+    pending_parts: int = 0  # parts of a chunked transaction received, its final binlog not yet
 
 
 class PumpPuller:
@@ -175,8 +215,11 @@ class PumpPuller:
         security: SecurityConfig | None = None,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         unreachable_after: float = UNREACHABLE_AFTER,
+        spill_dir: Path | None = None,
     ) -> None:
+        """``spill_dir``: where the parts of chunked transactions are gathered (unlinked files)."""
         self.name = name
+        self._chunks = ChunkAssembler(f"pump {name}", spill_dir)
         self._unreachable_after = unreachable_after
         self._delivered_at = time.monotonic()  # the last time a stream delivered (or the start)
         self.status = PullerStatus(addr)
@@ -228,7 +271,8 @@ class PumpPuller:
                     self.status.connected = True
                     self.status.connects += 1
                     log.info("pulling pump %s at %s from commit_ts %d", self.name, self.addr, after)
-                items = message_items(raw, self.name)
+                items = message_items(raw, self.name, self._chunks)
+                self.status.pending_parts = self._chunks.pending
                 # The message holds a second copy of every payload (besides the bytes the items
                 # took): let it go before waiting, which for a large transaction lasts until the
                 # sink has worked through it.
@@ -241,6 +285,10 @@ class PumpPuller:
         finally:
             self.status.connected = False
             call.cancel()
+            # a transaction cut off mid-way is sent again from part 1: the next stream starts at
+            # the last complete transaction or a watermark below the unfinished one
+            self._chunks.reset()
+            self.status.pending_parts = 0
         return delivered
 
     def _reachable_again(self) -> None:

@@ -12,7 +12,9 @@ returns what the sink gets:
   and a decode closure bound to the :class:`~bridge.rowcodec.RowCodec` of
   each replicated table as of this commit_ts, so a later DDL never changes
   how it decodes. A transaction none of whose tables is replicated builds
-  nothing;
+  nothing. A transaction that travelled in chunks (``PulledTxn.parts``, on
+  disk) is read part by part, one part parsed at a time, both to learn its
+  tables and to decode; its event's ``parts`` reads the chunk binlogs back;
 - a commit_ts listed in ``ignore-txn-commit-ts`` or in a ``[skip]``
   commit-ts range builds nothing and is logged; so do rows and DDL of
   ``[skip] tables`` and, with ``[skip] unknown-table-ids``, rows of table
@@ -37,6 +39,7 @@ from google.protobuf.message import DecodeError
 from prometheus_client import Counter
 
 from bridge.binlog import MutationType, iter_changes, parse_binlog, read_schema_change
+from bridge.chunks import SpilledParts
 from bridge.errors import ProtocolError, UserError
 from bridge.proto import binlog_pb2
 from bridge.rowcodec import RowCodec
@@ -89,27 +92,53 @@ def _prewrite_value(payload: bytes, span: tuple[int, int] | None) -> binlog_pb2.
     return binlog_pb2.PrewriteValue.FromString(view)
 
 
+_NO_MUTATION = binlog_pb2.TableMutation()
+_NO_VALUE = binlog_pb2.PrewriteValue()
+
+
+def _values(
+    payload: bytes, span: tuple[int, int] | None, parts: SpilledParts | None
+) -> Iterator[binlog_pb2.PrewriteValue]:
+    """The transaction's PrewriteValues: each chunk's (read and parsed one at a time), then the
+    final binlog's. The caller drops each before asking for the next, so one part is held at a time."""
+    if parts is not None:
+        for data in parts.values():
+            value = binlog_pb2.PrewriteValue.FromString(data)
+            del data
+            yield value
+            del value
+    yield _prewrite_value(payload, span)
+
+
 def decode_changes(
-    payload: bytes, span: tuple[int, int] | None, codecs: Mapping[int, RowCodec], commit_ts: int
+    payload: bytes,
+    span: tuple[int, int] | None,
+    codecs: Mapping[int, RowCodec],
+    commit_ts: int,
+    parts: SpilledParts | None = None,
 ) -> Iterator[RowChange]:
-    """The row changes of the replicated tables (``codecs``), in the transaction's order."""
+    """The row changes of the replicated tables (``codecs``), in the transaction's order
+    (``parts`` first, for a transaction that travelled in chunks)."""
     try:
-        value = _prewrite_value(payload, span)
-        for mutation in value.mutations:
-            codec = codecs.get(mutation.table_id)
-            if codec is None:
-                continue
-            schema = codec.schema
-            decode = codec.decode
-            snapshot = mutation.snapshot
-            for change in iter_changes(mutation):
-                yield RowChange(
-                    _KINDS[change.kind],
-                    schema,
-                    None if change.before is None else decode(change.before),
-                    None if change.after is None else decode(change.after),
-                    snapshot,
-                )
+        values = (_prewrite_value(payload, span),) if parts is None else _values(payload, span, parts)
+        for value in values:
+            for mutation in value.mutations:
+                codec = codecs.get(mutation.table_id)
+                if codec is None:
+                    continue
+                schema = codec.schema
+                decode = codec.decode
+                snapshot = mutation.snapshot
+                for change in iter_changes(mutation):
+                    yield RowChange(
+                        _KINDS[change.kind],
+                        schema,
+                        None if change.before is None else decode(change.before),
+                        None if change.after is None else decode(change.after),
+                        snapshot,
+                    )
+            # a mutation keeps its whole PrewriteValue alive: let this part go before the next
+            value, mutation = _NO_VALUE, _NO_MUTATION
     except DecodeError as exc:
         raise ProtocolError(
             f"commit_ts {commit_ts}: prewrite_value is not a PrewriteValue ({exc}); {skip_hint(commit_ts)}"
@@ -121,18 +150,24 @@ def decode_changes(
 
 
 def raw_changes(
-    payload: bytes, span: tuple[int, int] | None, codecs: Mapping[int, RowCodec], commit_ts: int
+    payload: bytes,
+    span: tuple[int, int] | None,
+    codecs: Mapping[int, RowCodec],
+    commit_ts: int,
+    parts: SpilledParts | None = None,
 ) -> Iterator[RawChange]:
     """Like :func:`decode_changes`, the row images left as the row codec's bytes, each with the
     codec that decodes it: for a sink that hands rows to other processes undecoded."""
     try:
-        value = _prewrite_value(payload, span)
-        for mutation in value.mutations:
-            codec = codecs.get(mutation.table_id)
-            if codec is not None:
-                schema = codec.schema
-                for change in iter_changes(mutation):
-                    yield _KINDS[change.kind], schema, change.before, change.after, codec
+        values = (_prewrite_value(payload, span),) if parts is None else _values(payload, span, parts)
+        for value in values:
+            for mutation in value.mutations:
+                codec = codecs.get(mutation.table_id)
+                if codec is not None:
+                    schema = codec.schema
+                    for change in iter_changes(mutation):
+                        yield _KINDS[change.kind], schema, change.before, change.after, codec
+            value, mutation = _NO_VALUE, _NO_MUTATION  # see decode_changes
     except DecodeError as exc:
         raise ProtocolError(
             f"commit_ts {commit_ts}: prewrite_value is not a PrewriteValue ({exc}); {skip_hint(commit_ts)}"
@@ -145,21 +180,27 @@ class _Decoder:
     """The decode closure a TxnEvent carries (a class, so it shows what it holds); :meth:`raw`
     gives the same changes undecoded (the event's ``raw``)."""
 
-    __slots__ = ("_codecs", "_commit_ts", "_payload", "_span")
+    __slots__ = ("_codecs", "_commit_ts", "_parts", "_payload", "_span")
 
     def __init__(
-        self, payload: bytes, span: tuple[int, int] | None, codecs: dict[int, RowCodec], commit_ts: int
+        self,
+        payload: bytes,
+        span: tuple[int, int] | None,
+        codecs: dict[int, RowCodec],
+        commit_ts: int,
+        parts: SpilledParts | None = None,
     ) -> None:
         self._payload = payload
         self._span = span
         self._codecs = codecs
         self._commit_ts = commit_ts
+        self._parts = parts
 
     def __call__(self) -> Iterator[RowChange]:
-        return decode_changes(self._payload, self._span, self._codecs, self._commit_ts)
+        return decode_changes(self._payload, self._span, self._codecs, self._commit_ts, self._parts)
 
     def raw(self) -> Iterator[RawChange]:
-        return raw_changes(self._payload, self._span, self._codecs, self._commit_ts)
+        return raw_changes(self._payload, self._span, self._codecs, self._commit_ts, self._parts)
 
 
 class EventBuilder:
@@ -202,6 +243,8 @@ class EventBuilder:
                 self._on_skip(txn)
             return Built(None)
         if txn.ddl:
+            if txn.parts is not None:
+                raise HaltError(txn.commit_ts, "a DDL binlog came in chunks (a DDL is never chunked)")
             return self._ddl(txn)
         return Built(self._dml(txn))
 
@@ -245,20 +288,39 @@ class EventBuilder:
         return Built(event, snapshot)
 
     def _dml(self, txn: PulledTxn) -> TxnEvent | None:
+        codecs: dict[int, RowCodec] = {}
+        rows = 0
         try:
-            value = _prewrite_value(txn.payload, txn.value_span)
+            if txn.parts is None:
+                rows = self._learn(txn.commit_ts, _prewrite_value(txn.payload, txn.value_span), codecs)
+            else:
+                for value in _values(txn.payload, txn.value_span, txn.parts):
+                    rows += self._learn(txn.commit_ts, value, codecs)
+                    value = _NO_VALUE
         except DecodeError as exc:
             raise HaltError(txn.commit_ts, f"prewrite_value is not a PrewriteValue: {exc}") from None
-        codecs: dict[int, RowCodec] = {}
+        except ProtocolError as exc:  # a part that cannot be read back
+            raise HaltError(txn.commit_ts, str(exc)) from None
+        if not codecs:
+            _EVENTS_FILTERED.inc()
+            return None
+        _EVENTS_TXN.inc()
+        decode = _Decoder(txn.payload, txn.value_span, codecs, txn.commit_ts, txn.parts)
+        parts = None if txn.parts is None else txn.parts.binlogs
+        return TxnEvent(txn.start_ts, txn.commit_ts, txn.payload, decode, rows, decode.raw, parts)
+
+    def _learn(self, commit_ts: int, value: binlog_pb2.PrewriteValue, codecs: dict[int, RowCodec]) -> int:
+        """Note in ``codecs`` the replicated tables of ``value`` (one part of a chunked transaction,
+        or the whole of another); its row count."""
         rows = 0
         for mutation in value.mutations:
             tracked = self.tracker.table(mutation.table_id)
             if tracked is None and self._skip.unknown_table_ids:
-                self._skip_unknown(txn.commit_ts, mutation.table_id)
+                self._skip_unknown(commit_ts, mutation.table_id)
                 continue
             if tracked is None:
                 raise HaltError(
-                    txn.commit_ts,
+                    commit_ts,
                     f"rows of table id {mutation.table_id}, which no DDL the drainer tracked created "
                     "(start the drainer from a checkpoint or initial-commit-ts before the table's CREATE, "
                     "or skip every such row with the line unknown-table-ids = true under [skip])",
@@ -269,12 +331,7 @@ class EventBuilder:
                 continue
             codecs[mutation.table_id] = tracked.codec
             rows += self._count_rows(tracked.name, mutation)
-        if not codecs:
-            _EVENTS_FILTERED.inc()
-            return None
-        _EVENTS_TXN.inc()
-        decode = _Decoder(txn.payload, txn.value_span, codecs, txn.commit_ts)
-        return TxnEvent(txn.start_ts, txn.commit_ts, txn.payload, decode, rows, decode.raw)
+        return rows
 
     def _skip_unknown(self, commit_ts: int, table_id: int) -> None:
         _EVENTS_IGNORED.inc()

@@ -12,7 +12,10 @@ from bridge.binlog import BinlogType
 from bridge.binlogscan import SCAN_FROM_BYTES, scan_header
 from bridge.chunks import ChunkAssembler, SpilledParts
 from bridge.errors import ProtocolError
-from bridge.proto import binlog_pb2
+from bridge.proto import binlog_pb2, pump_pb2
+from drainer.collect.merger import Merger, PulledTxn
+from drainer.collect.pull import message_items
+from pump.wire import checksum
 
 START, COMMIT = 1000, 1005
 
@@ -180,3 +183,78 @@ def test_dropped_parts_release_their_file(tmp_path: Path) -> None:
     assert os.fstat(spill.fileno()).st_size == len(part(1))
     del parts  # the last reference: the file is closed with it
     assert spill.closed
+
+
+# -- the drainer's pull: parts go to the stream's assembler, the merge gets whole transactions --
+
+
+def entity(payload: bytes) -> pump_pb2.Entity:
+    binlog = binlog_pb2.Binlog.FromString(payload)
+    made = pump_pb2.Entity(
+        pos=pump_pb2.Pos(offset=binlog.commit_ts), payload=payload, checksum=checksum(payload)
+    )
+    made.meta.startTs, made.meta.commitTs = binlog.start_ts, binlog.commit_ts
+    return made
+
+
+def message(*payloads: bytes) -> bytes:
+    return pump_pb2.PullBinlogResp(entities=[entity(p) for p in payloads]).SerializeToString()
+
+
+def plain(start_ts: int, commit_ts: int) -> bytes:
+    binlog = binlog_pb2.Binlog(
+        tp=BinlogType.Commit, start_ts=start_ts, commit_ts=commit_ts, prewrite_value=value(5)
+    )
+    return binlog.SerializeToString()
+
+
+@pytest.mark.parametrize("size", [100, SCAN_FROM_BYTES + 10])
+def test_a_chunked_transaction_reaches_the_merge_once_whole(tmp_path: Path, size: int) -> None:
+    assembler = ChunkAssembler("pump p1", tmp_path)
+    sent = [part(i, size) for i in (1, 2, 3)]
+    # a pull batch may end in the middle of the transaction; a watermark may come between
+    first = message_items(message(plain(900, 901), sent[0], sent[1]), "p1", assembler)
+    assert [getattr(i, "commit_ts", i) for i in first] == [901]
+    assert assembler.pending == 2
+    middle = message_items(
+        message(
+            binlog_pb2.Binlog(
+                tp=BinlogType.Rollback, start_ts=COMMIT + 50, commit_ts=COMMIT + 50
+            ).SerializeToString()
+        ),
+        "p1",
+        assembler,
+    )
+    assert middle == [COMMIT - 1]  # held below the unfinished transaction
+    last = message_items(message(sent[2], final(3), plain(2000, 2001)), "p1", assembler)
+    assert assembler.pending == 0
+    assert [getattr(i, "commit_ts", i) for i in last] == [COMMIT, 2001]
+    txn = last[0]
+    assert isinstance(txn, PulledTxn)
+    assert txn.parts is not None and list(txn.parts.binlogs()) == sent
+    assert txn.payload == final(3) and txn.size == len(final(3))
+    assert isinstance(last[1], PulledTxn) and last[1].parts is None
+
+
+def test_without_an_assembler_a_part_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ProtocolError, match="chunked transaction"):
+        message_items(message(part(1)), "p1")
+    with pytest.raises(ProtocolError, match="chunked transaction"):
+        message_items(message(final(2)), "p1")
+
+
+def test_a_stream_that_skips_a_part_is_refused_naming_the_pump(tmp_path: Path) -> None:
+    assembler = ChunkAssembler("pump p1", tmp_path)
+    with pytest.raises(ProtocolError, match=r"pump p1: chunked transaction .* part 2 is out of order"):
+        message_items(message(part(2), final(2)), "p1", assembler)
+
+
+def test_the_merge_releases_the_parts_of_a_duplicate(tmp_path: Path) -> None:
+    assembler = ChunkAssembler("pump p1", tmp_path)
+    merger = Merger(start_ts=COMMIT)  # the transaction was delivered before
+    merger.add_source("p1")
+    [txn] = message_items(message(part(1), final(1)), "p1", assembler)
+    assert isinstance(txn, PulledTxn) and txn.parts is not None
+    merger.push("p1", txn)
+    assert txn.parts.closed
+    assert merger.duplicates == 1
