@@ -20,7 +20,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterator
 
+from google.protobuf.message import DecodeError
+
 from bridge.chunking import iter_prewrite_parts
+from bridge.errors import ProtocolError
 from bridge.proto import binlog_pb2
 from bridge.pumpclient import metrics
 from bridge.pumpclient.node import PumpNode
@@ -41,8 +44,14 @@ def needs_chunks(binlog: binlog_pb2.Binlog, chunk_bytes: int) -> bool:
 
 
 def parse_value(binlog: binlog_pb2.Binlog) -> binlog_pb2.PrewriteValue:
-    """The Prewrite's changes; the pump would refuse a malformed value, so refuse it here."""
-    return binlog_pb2.PrewriteValue.FromString(binlog.prewrite_value)
+    """The Prewrite's changes; ProtocolError when they are not a PrewriteValue (a pump would refuse them)."""
+    try:
+        return binlog_pb2.PrewriteValue.FromString(binlog.prewrite_value)
+    except DecodeError as exc:
+        raise ProtocolError(
+            f"the prewrite binlog of start_ts {binlog.start_ts} cannot be split into parts: "
+            f"prewrite_value is not a binlog.PrewriteValue: {exc}"
+        ) from None
 
 
 def _final_binlog(binlog: binlog_pb2.Binlog, chunks: int, last: bytes) -> bytes:
