@@ -161,8 +161,11 @@ class Written:
 class Producer:
     """Writes DDL and DML transactions to the pumps through the real pump client (sync API)."""
 
-    def __init__(self, meta_addr: str, strategy: str = "range") -> None:
+    def __init__(self, meta_addr: str, strategy: str = "range", chunk_bytes: int | None = None) -> None:
+        """``chunk_bytes``: the client's chunk-bytes (None: its default)."""
         config = PumpClientConfig(strategy=strategy, write_timeout=30.0)  # type: ignore[arg-type]
+        if chunk_bytes is not None:
+            config.chunk_bytes = chunk_bytes
         self.client = PumpsClient(meta_addr, config)
         self.client.start()
         self.schemas: dict[str, row_pb2.TableSchema] = {}

@@ -11,13 +11,16 @@ delivered and in which order, even after SIGKILL. Used as
 ``[sink."tests.support.recording_sink:RecordingSink"]`` keys: ``fail-writes``
 (raise a retriable error from the first N writes) and ``fail-at-commit-ts``
 (raise a non-retriable error when an event with that commit_ts is written), ``summarize``
-(record row counts by kind instead of the rows, for huge transactions).
+(record row counts by kind instead of the rows, for huge transactions), ``hang-at-commit-ts``
+(decode half the rows of the transaction with that commit_ts, create ``<data-dir>/hanging``,
+then block forever: a test SIGKILLs the drainer in the middle of applying it).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -76,6 +79,8 @@ class RecordingSink(Sink):
         self._fail_writes = int(config_table.get("fail-writes", 0))
         self._fail_at = int(config_table.get("fail-at-commit-ts", 0))
         self._summarize = bool(config_table.get("summarize", False))
+        self._hang_at = int(config_table.get("hang-at-commit-ts", 0))
+        self._data_dir = Path(data_dir)
         self._file: Any = None
         self._written = 0
 
@@ -97,8 +102,17 @@ class RecordingSink(Sink):
         for event in events:
             if event.commit_ts == self._fail_at:
                 raise BrokenDownstream(f"recording sink: refusing commit_ts {event.commit_ts}")
+            if event.commit_ts == self._hang_at and isinstance(event, TxnEvent):
+                self._hang(event)
             self._file.write(json.dumps(event_record(event, self._summarize), sort_keys=True) + "\n")
             self._written = max(self._written, event.commit_ts)
+
+    def _hang(self, event: TxnEvent) -> None:
+        changes = event.changes()
+        for _ in range(event.row_count // 2):
+            next(changes)
+        (self._data_dir / "hanging").write_text(str(event.commit_ts))
+        threading.Event().wait()  # until the test kills the process
 
     def flush(self) -> int:
         self._file.flush()
