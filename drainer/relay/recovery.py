@@ -121,7 +121,7 @@ def schema_after(directory: Path, state: CheckpointState) -> bytes:
     """
     tracker = SchemaTracker.restore(state.schema)
     try:
-        for stored in BinlogFileReader(directory).events():
+        for stored in BinlogFileReader(directory).events(parts=False):
             if stored.commit_ts > state.commit_ts:
                 apply_ddl_record(tracker, stored.binlog)
     except (SchemaTrackError, ProtocolError) as exc:
@@ -144,6 +144,7 @@ def _replay(config: DrainerConfig, directory: Path, cluster_id: int, state: Chec
             start_ts=state.commit_ts + 1,
             progress=lambda line: log.info("relay replay: %s", line),
             context=context,
+            spill_dir=Path(config.data_dir),  # chunked transactions' parts: on the drainer's disk
         )
     except BridgeError as exc:
         raise RelayError(

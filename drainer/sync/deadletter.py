@@ -26,13 +26,15 @@ the sink decodes it) still stops the drainer.
 
 After a restart the transactions above the checkpoint are built again: one
 already stored (``commit_ts`` at or below the directory's last) is not
-stored twice.
+stored twice. A transaction that travelled in chunks is stored whole: its
+parts, then its final binlog (a crash between them leaves parts that the
+next open truncates, and the transaction is stored again).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from bridge.errors import BridgeError
@@ -65,9 +67,16 @@ class DeadLetter:
             error,
         )
 
-    def refused(self, commit_ts: int, payload: bytes, error: BridgeError) -> None:
-        """Store the transaction (or DDL) at ``commit_ts`` the downstream refused, and log it."""
-        self.store_binlog(commit_ts, payload)
+    def refused(
+        self,
+        commit_ts: int,
+        payload: bytes,
+        error: BridgeError,
+        parts: Callable[[], Iterable[bytes]] | None = None,
+    ) -> None:
+        """Store the transaction (or DDL) at ``commit_ts`` the downstream refused, and log it;
+        ``parts``: a chunked transaction's parts (``TxnEvent.parts``)."""
+        self.store_binlog(commit_ts, payload, () if parts is None else parts())
         metrics.EVENTS.labels("ignored").inc()
         log.warning(
             "on-error = skip-and-log: the downstream refused the transaction at commit_ts %d; "
@@ -79,15 +88,18 @@ class DeadLetter:
 
     def store(self, txn: PulledTxn) -> None:
         """Append ``txn`` (fsynced) unless a run before a restart stored it already."""
-        self.store_binlog(txn.commit_ts, txn.payload)
+        parts = txn.parts.binlogs() if txn.parts is not None else ()
+        self.store_binlog(txn.commit_ts, txn.payload, parts)
 
-    def store_binlog(self, commit_ts: int, payload: bytes) -> None:
+    def store_binlog(self, commit_ts: int, payload: bytes, parts: Iterable[bytes] = ()) -> None:
+        """Append one binlog (after ``parts``, the PrewriteChunk binlogs of a chunked
+        transaction: all of them or nothing is stored), fsynced."""
         writer = self._writer
         if writer is None:
             writer = self._writer = BinlogFileWriter(self.directory, MAX_FILE_SIZE)
             writer.open(self._snapshot())
         if commit_ts > writer.last_ts:
-            writer.append(commit_ts, payload)
+            writer.append(commit_ts, payload, parts=parts)
             writer.sync()
             self.stored += 1
 

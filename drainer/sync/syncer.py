@@ -383,7 +383,8 @@ class Syncer:
                 '(or on-error = "skip-and-log" under [skip]: every refused change is stored in the '
                 "dead-letter directory and skipped)"
             ) from failure
-        await self._in_sink_thread(self.dead_letter.refused, ts, event.payload, failure.original)
+        parts = event.parts if isinstance(event, TxnEvent) else None  # a chunked transaction's
+        await self._in_sink_thread(self.dead_letter.refused, ts, event.payload, failure.original, parts)
 
     def _next_deadline(self, first_unflushed: float, saved_at: float) -> float:
         deadlines = [time.monotonic() + 1.0]

@@ -14,9 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from bridge.errors import ProtocolError
+from bridge.chunks import ChunkAssembler
+from bridge.errors import BridgeError, ProtocolError
 from bridge.proto import row_pb2
 from bridge.sink.events import TxnEvent
+from drainer.collect.merger import PulledTxn
 from drainer.sinks.file.binlogfile import (
     KIND_EVENT,
     KIND_PART,
@@ -30,6 +32,7 @@ from drainer.sinks.file.binlogfile import (
     list_files,
 )
 from drainer.sinks.file.sink import append_events
+from drainer.sync.deadletter import DeadLetter
 from drainer.sync.route import RouteConfig, Router, route_event
 from tests.support.binlog_events import EventStream, table_schema
 from tests.support.chunked_events import chunk_binlogs
@@ -182,6 +185,24 @@ def test_a_retried_write_stores_a_chunked_transaction_once(tmp_path: Path) -> No
     assert append_events(writer, [event], position, "t") == (commit_ts, 0)
     writer.close()
     assert read_back(tmp_path) == [(commit_ts, parts, final)]
+
+
+def test_a_dead_letter_stores_every_part_of_a_chunked_transaction(tmp_path: Path) -> None:
+    stream = new_stream()
+    start_ts, commit_ts, parts, final = chunk_binlogs(stream, inserts(0, 30), chunks=3)
+    letters = DeadLetter(tmp_path / "dead", stream.tracker.snapshot)
+    assembler = ChunkAssembler("test")
+    for part in parts:
+        assembler.add(part)
+    txn = PulledTxn(start_ts, commit_ts, final, parts=assembler.finish(final))
+    letters.put(txn, BridgeError("cannot build it"))
+    letters.put(txn, BridgeError("again after a restart"))  # stored once
+    # refused by the downstream: the event's parts
+    start2, commit2, parts2, final2 = chunk_binlogs(stream, inserts(100, 30), chunks=2)
+    letters.refused(commit2, final2, BridgeError("refused"), txn_event(start2, commit2, parts2, final2).parts)
+    letters.close()
+    assert letters.stored == 2
+    assert read_back(tmp_path / "dead") == [(commit_ts, parts, final), (commit2, parts2, final2)]
 
 
 def test_routing_keeps_the_parts_and_drops_raw() -> None:
