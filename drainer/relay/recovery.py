@@ -144,7 +144,7 @@ def _replay(config: DrainerConfig, directory: Path, cluster_id: int, state: Chec
             start_ts=state.commit_ts + 1,
             progress=lambda line: log.info("relay replay: %s", line),
             context=context,
-            spill_dir=Path(config.data_dir),  # chunked transactions' parts: on the drainer's disk
+            spill_dir=_spill_dir(config),
         )
     except BridgeError as exc:
         raise RelayError(
@@ -157,3 +157,10 @@ def _replay(config: DrainerConfig, directory: Path, cluster_id: int, state: Chec
             f"up to {summary.last_ts}; the checkpoint stays at {state.commit_ts}"
         )
     return summary
+
+
+def _spill_dir(config: DrainerConfig) -> Path:
+    """Where chunked transactions' parts are gathered during a recovery: the drainer's spill-dir."""
+    directory = config.spill_directory()
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory
