@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import subprocess
 import sys
@@ -32,6 +33,17 @@ from drainer.sinks.sqlite.sink import SQLiteSink
 from tests.integration.test_relay_recovery import CLUSTER, run_drainer, write_config
 from tests.support.binlog_events import EventStream, table_schema
 from tests.support.chunked_events import ChangeSpec, chunked_txn
+from tests.support.drainer_cluster import (
+    DrainerProcess,
+    Producer,
+    Written,
+    delivered,
+    expected_records,
+    strip_ddl_details,
+    table,
+)
+from tests.support.process import ChildProcess, wait_until
+from tests.support.pump_server import PumpProcess, start_meta
 from tests.support.recording_sink import RecordingSink, event_record, read_records
 
 T = row_pb2.ColumnType
@@ -227,3 +239,94 @@ def test_a_relay_reopened_after_a_cut_writes_the_transaction_again_whole(tmp_pat
     last = events[-1]
     assert isinstance(last, TxnEvent) and last.parts is not None
     assert stored[-1].parts is not None and list(stored[-1].parts.binlogs()) == list(last.parts())
+
+
+# ---------------------------------------------------------------- real pumps and a real drainer
+
+STORES_CONFIG = """\
+[relay]
+dir = "relay"
+max-file-size = 65536
+
+[skip]
+on-error = "skip-and-log"
+"""
+
+
+def metric(drainer: DrainerProcess, name: str) -> float:
+    found = re.search(rf"^{name} (\S+)$", drainer.metrics(), re.MULTILINE)
+    return float(found.group(1)) if found else 0.0
+
+
+def chunky(producer: Producer, name: str, first: int, count: int) -> Written:
+    """A transaction of ``count`` inserts into ``name`` and updates of some of them: many parts."""
+    changes: list[tuple[str, str, tuple[object, ...] | None, tuple[object, ...] | None]] = [
+        ("insert", name, None, (first + i, f"row {i} of a large transaction, padded")) for i in range(count)
+    ]
+    changes += [
+        ("update", name, (first + i, f"row {i} of a large transaction, padded"), (first + i, f"updated {i}"))
+        for i in range(0, count, 50)
+    ]
+    return producer.txn(changes)
+
+
+def replayed(directory: Path, where: Path) -> list[dict[str, object]]:
+    where.mkdir()
+    replay(directory, RecordingSink({}, where))
+    return strip_ddl_details(delivered(read_records(where)))
+
+
+def test_a_drainer_stores_chunked_transactions_whole_in_its_file_sink_relay_and_dead_letters(
+    tmp_path: Path, children: list[ChildProcess]
+) -> None:
+    """Producer with a small chunk-bytes -> two pumps -> drainer (file + sqlite sinks, relay log,
+    skip-and-log), SIGKILLed once while it gathers a chunked transaction. The file sink's
+    directory replays to exactly what was written, once each; a chunked transaction the SQLite
+    downstream refuses (its table dropped there) is in the dead-letter directory, all its parts.
+    (The relay writes every part before the sinks; its files are removed once applied.)"""
+    child, meta_addr = start_meta(tmp_path)
+    children.append(child)
+    pumps = [PumpProcess(tmp_path, meta_addr, node_id=f"pump-{i}") for i in range(2)]
+    for pump in pumps:
+        pump.start()
+    producer = Producer(meta_addr, chunk_bytes=16384)
+    drainer = DrainerProcess(tmp_path, meta_addr, sink_type='["file", "sqlite"]', extra_config=STORES_CONFIG)
+    try:
+        drainer.start()
+        for table_id, name in enumerate(("big", "small", "victim"), start=40):
+            producer.create(table(name, table_id))
+        for i in range(30):
+            producer.txn([("insert", "small", None, (i, f"s{i}"))])
+        chunky(producer, "big", 0, 8000)
+        producer.txn([("insert", "small", None, (100, "after the first"))])
+        drainer.wait_checkpoint(producer.written[-1].commit_ts, timeout=300)
+        drainer.kill()
+        downstream = sqlite3.connect(drainer.data_dir / "sqlite" / "shop.db")
+        downstream.execute("DROP TABLE victim")  # the downstream refuses the next one's rows
+        downstream.commit()
+        downstream.close()
+        refused = chunky(producer, "victim", 0, 3000)
+        chunky(producer, "big", 100_000, 8000)
+        drainer.start()
+        wait_until(  # SIGKILLed once it has begun gathering parts (pulling, relaying, applying)
+            lambda: metric(drainer, "bridge_drainer_spilled_bytes_total") > 0,
+            timeout=120,
+            what="the drainer to spill a chunked transaction's parts",
+        )
+        drainer.kill()
+        drainer.start()
+        producer.txn([("insert", "small", None, (101, "the last"))])
+        drainer.wait_checkpoint(producer.written[-1].commit_ts, timeout=300)
+        drainer.stop()
+    finally:
+        drainer.kill()
+        producer.close()
+        for pump in pumps:
+            pump.kill()
+    expected = strip_ddl_details(expected_records(producer.written))
+    assert replayed(drainer.data_dir / "binlog-files", tmp_path / "from-files") == expected
+    stored = list(BinlogFileReader(drainer.data_dir / "binlog-files").events())
+    assert [s.commit_ts for s in stored] == [e["commit_ts"] for e in expected]  # each once
+    assert sum(s.parts is not None for s in stored) == 3
+    dead = [r for r in expected if r["commit_ts"] == refused.commit_ts]
+    assert replayed(drainer.data_dir / "dead-letter", tmp_path / "from-dead-letter") == dead
