@@ -22,6 +22,9 @@ current part whole is copied in one C call.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from typing import NamedTuple
+
+from google.protobuf.unknown_fields import UnknownFieldSet
 
 from bridge.binlog import DELETE_ROW, INSERT, UPDATE, iter_changes, mutation_problem
 from bridge.errors import ProtocolError
@@ -97,18 +100,21 @@ def iter_prewrite_parts(value: PrewriteValue, max_bytes: int) -> Iterator[Prewri
     """
     if max_bytes <= 0:
         raise ValueError(f"max_bytes must be positive, got {max_bytes}")
-    if value.ByteSize() <= max_bytes:
+    parts = _Parts(value, max_bytes)
+    # Sizes from the rows' lengths: ByteSize() on protobuf's upb backend
+    # serializes the message, a transient copy of a transaction as big as itself.
+    measured = [_measure(mutation) for mutation in value.mutations]
+    if parts.empty_size + sum(_bytes_field(m.size) for m in measured) <= max_bytes:
         yield value
         return
-    parts = _Parts(value, max_bytes)
-    for mutation in value.mutations:
-        whole = _bytes_field(mutation.ByteSize())
+    for mutation, sizes in zip(value.mutations, measured, strict=True):
+        whole = _bytes_field(sizes.size)
         if parts.size + whole <= max_bytes:  # the common case: the mutation fits whole
             parts.part.mutations.add().CopyFrom(mutation)
             parts.size += whole
             parts.changes += len(mutation.sequence)
         elif len(mutation.sequence):
-            yield from _split_mutation(mutation, parts)
+            yield from _split_mutation(mutation, sizes, parts)
         else:  # no changes, yet too big for what is left: it starts the next part
             if parts.changes:
                 yield parts.take()
@@ -122,7 +128,33 @@ def _row_costs(rows: Sequence[bytes]) -> list[int]:
     return [n + (2 if n < 0x80 else 3 if n < 0x4000 else 1 + _varint_size(n)) for n in map(len, rows)]
 
 
-def _split_mutation(mutation: TableMutation, parts: _Parts) -> Iterator[PrewriteValue]:
+class _Measured(NamedTuple):
+    """A mutation's serialized size and each row's share of it."""
+
+    size: int
+    inserted: list[int]
+    updated: list[int]
+    deleted: list[int]
+
+
+def _measure(mutation: TableMutation) -> _Measured:
+    inserted = _row_costs(mutation.inserted_rows)
+    updated = _row_costs(mutation.updated_rows)
+    deleted = _row_costs(mutation.deleted_rows)
+    if len(mutation.deleted_ids) or len(mutation.deleted_pks) or len(UnknownFieldSet(mutation)):
+        size = mutation.ByteSize()  # obsolete or unknown fields: rare, measured by protobuf
+    else:
+        size = (
+            _header(mutation).ByteSize()
+            + sum(inserted)
+            + sum(updated)
+            + sum(deleted)
+            + _SEQUENCE_ENTRY * len(mutation.sequence)
+        )
+    return _Measured(size, inserted, updated, deleted)
+
+
+def _split_mutation(mutation: TableMutation, sizes: _Measured, parts: _Parts) -> Iterator[PrewriteValue]:
     """Add ``mutation``'s changes to ``parts`` piece by piece, yielding every part that fills up.
 
     One pass over ``sequence`` with the rows' sizes finds where each piece
@@ -136,11 +168,7 @@ def _split_mutation(mutation: TableMutation, parts: _Parts) -> Iterator[Prewrite
         list(iter_changes(mutation))  # raises the obsolete type's ProtocolError
     header = _header(mutation)
     header_size = header.ByteSize()
-    inserted, updated, deleted = (
-        _row_costs(mutation.inserted_rows),
-        _row_costs(mutation.updated_rows),
-        _row_costs(mutation.deleted_rows),
-    )
+    inserted, updated, deleted = sizes.inserted, sizes.updated, sizes.deleted
     max_bytes = parts.max_bytes
     ins = upd = dele = 0  # next row of each list
     start = (0, 0, 0, 0)  # where the open piece begins: sequence, inserted, updated, deleted

@@ -4,9 +4,11 @@ A DML Prewrite whose ``prewrite_value`` is longer than ``chunk-bytes`` is
 written as n PrewriteChunk binlogs (same start_ts, ``chunk`` = 1..n, each
 ``prewrite_value`` the next part of the changes, see :mod:`bridge.chunking`),
 then the Prewrite itself with ``chunks`` = n and the last part. Every one goes
-to the same pump, one at a time: part k+1 leaves when part k is durable, so the
-pump receives them in order and a huge transaction holds at most one slot of
-the pump's write queue - other callers' binlogs interleave with its parts.
+to the same pump, at most ``max-inflight-batches`` parts queued at a time (a
+pump stores each part under (start_ts, chunk), so their order of arrival does
+not matter), and the Prewrite once every part is durable. A huge transaction
+thus holds a bounded share of the pump's write queue: other callers' binlogs
+interleave with its parts.
 
 Parts are made one ahead of the one being written (the last part must be known
 before it is sent, as it travels in the Prewrite), and each is serialized just
@@ -30,6 +32,8 @@ from bridge.pumpclient.node import PumpNode
 
 PREWRITE_CHUNK = binlog_pb2.PrewriteChunk
 CHUNK_KIND = "prewritechunk"  # the metrics label, as client._KINDS names the type
+# Every Binlog field is a scalar: the final Prewrite copies all but the value.
+_OTHER_FIELDS = tuple(f.name for f in binlog_pb2.Binlog.DESCRIPTOR.fields if f.name != "prewrite_value")
 
 
 def needs_chunks(binlog: binlog_pb2.Binlog, chunk_bytes: int) -> bool:
@@ -57,9 +61,9 @@ def parse_value(binlog: binlog_pb2.Binlog) -> binlog_pb2.PrewriteValue:
 def _final_binlog(binlog: binlog_pb2.Binlog, chunks: int, last: bytes) -> bytes:
     """``binlog`` with ``chunks`` and the last part as its value, without copying its whole value."""
     final = binlog_pb2.Binlog()
-    for field, value in binlog.ListFields():
-        if field.name != "prewrite_value":
-            setattr(final, field.name, value)
+    for name in _OTHER_FIELDS:  # not ListFields(): it would copy the whole prewrite_value
+        if binlog.HasField(name):
+            setattr(final, name, getattr(binlog, name))
     if chunks:
         final.chunks = chunks
     final.prewrite_value = last
@@ -96,21 +100,43 @@ async def write_chunked(
     binlog: binlog_pb2.Binlog,
     value: binlog_pb2.PrewriteValue,
     chunk_bytes: int,
+    window: int,
     remaining: Callable[[], float],
     progressed: Callable[[], None],
 ) -> int:
     """Write ``binlog`` (whose changes are ``value``) to ``node`` in parts; the number of parts.
 
-    ``remaining()`` is the time left for the next binlog; ``progressed()`` is
-    called after each part is durable. Raises what :meth:`PumpNode.write`
-    raises; PumpUnavailable when the time is up between parts.
+    Up to ``window`` parts are in the pump's queue at once; the final Prewrite
+    leaves once every part is durable. ``remaining()`` is the time left for the
+    next binlog; ``progressed()`` is called after each part is durable. Raises
+    what :meth:`PumpNode.write` raises (the first failure; the parts still
+    queued are withdrawn).
     """
     maker = await asyncio.to_thread(_PartMaker, binlog, value, chunk_bytes)
-    while True:
-        payload, final = await asyncio.to_thread(maker.next_payload)
-        await node.write(payload, "prewrite" if final else CHUNK_KIND, remaining())
-        del payload
-        if final:
-            return maker.made
-        metrics.CHUNK_PARTS.inc()
-        progressed()
+    in_flight: set[asyncio.Task[None]] = set()
+
+    async def settle(until: int) -> None:
+        """Wait until at most ``until`` parts are in flight; raise the first failure."""
+        nonlocal in_flight
+        while len(in_flight) > until:
+            done, in_flight = await asyncio.wait(in_flight, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                task.result()
+                metrics.CHUNK_PARTS.inc()
+                progressed()
+
+    try:
+        while True:
+            payload, final = await asyncio.to_thread(maker.next_payload)
+            if final:
+                await settle(0)
+                await node.write(payload, "prewrite", remaining())
+                return maker.made
+            in_flight.add(asyncio.create_task(node.write(payload, CHUNK_KIND, remaining())))
+            del payload
+            await settle(window - 1)
+    finally:
+        for task in in_flight:
+            task.cancel()
+        if in_flight:
+            await asyncio.gather(*in_flight, return_exceptions=True)

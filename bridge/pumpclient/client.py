@@ -274,7 +274,13 @@ class AsyncPumpsClient:
                 started = True
                 try:
                     await chunked.write_chunked(
-                        node, binlog, value, self.config.chunk_bytes, attempts.remaining, attempts.progressed
+                        node,
+                        binlog,
+                        value,
+                        self.config.chunk_bytes,
+                        self.config.max_inflight_batches,
+                        attempts.remaining,
+                        attempts.progressed,
                     )
                 except PumpUnavailable as exc:
                     attempts.failed(node, exc)
