@@ -96,17 +96,21 @@ def wait_for_transactions(cluster: Cluster, load: LoadProcess, count: int) -> No
     wait_for(committed, f"{count} committed load transactions", cluster)
 
 
-def run_load(cluster: Cluster, upstream: str, seconds: float, fault: Fault | None = None) -> dict[str, Any]:
+def run_load(
+    cluster: Cluster, upstream: str, seconds: float, fault: Fault | None = None, interrupt: bool = True
+) -> dict[str, Any]:
     """``binlog-bridge load`` with DDL every half second; ``fault`` runs while it does. ``seconds``
     bounds a load with a fault: once the fault has run (the load went on past it), the load is
-    interrupted (SIGINT: it finishes what is in flight) rather than left to run out its time."""
+    interrupted (SIGINT: it finishes what is in flight) rather than left to run out its time,
+    unless ``interrupt`` is false (a test that needs the volume of the whole load)."""
     flags = ["--concurrency", "4", "--ddl-interval", "0.5", "--seed", "7"]
     load = LoadProcess(cluster.data_dir / "logs", cluster.meta_addr, upstream, seconds, flags)
     load.start()
     try:
         if fault is not None:
             fault(cluster, load)
-            load.interrupt()
+            if interrupt:
+                load.interrupt()
         wait_for(lambda: not load.running, "end of the load", cluster)
         status = load.wait(timeout=10)
     finally:

@@ -254,7 +254,9 @@ def test_sigkilled_drainer_with_reachable_pumps_reuses_its_relay_log(tmp_path: P
     cluster = Cluster(spec)
     try:
         cluster.start()
-        run_load(cluster, upstream, seconds=8, fault=kill_and_restart(DRAINER, down_seconds=1.0))
+        # the whole 8 s (not interrupted after the kill): enough relay data to rotate 64 KiB files
+        fault = kill_and_restart(DRAINER, down_seconds=1.0)
+        run_load(cluster, upstream, seconds=8, fault=fault, interrupt=False)
         drainer = cluster.members[DRAINER].process
         assert drainer.starts == 2 and "relay recovery" not in drainer.output()
         assert "relay " in drainer.output() and "holds events up to commit_ts" in drainer.output()
