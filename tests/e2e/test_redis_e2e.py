@@ -59,6 +59,9 @@ pytestmark = [pytest.mark.redis, pytest.mark.timeout(420)]
 __all__ = ["mysql_upstream"]  # a fixture of tests/e2e/test_pipeline.py, used here
 
 HANG_GUARD = 180.0
+# the second load of the tests without a fault: long enough for a dozen DDLs and for the mutator's
+# hundred-odd transactions to run beside it (about 5 s of them here)
+MAIN_LOAD_SECONDS = 6
 LOAD_FLAGS = [
     "--concurrency",
     "4",
@@ -273,7 +276,7 @@ def shared(tmp_path: Path, upstream: str, redis_url: str, unique_name: str) -> I
 
 def test_load_invalidates_exactly_the_keys_of_changed_rows(shared: RedisPipeline) -> None:
     shared.seed()
-    run_main_load(shared, seconds=10)
+    run_main_load(shared, seconds=MAIN_LOAD_SECONDS)
     shared.assert_exact()
 
 
@@ -287,7 +290,7 @@ def test_the_same_with_a_mariadb_upstream(
         pipe.start()
         pipe.seed()
         assert pipe.db == mysql_upstream.database
-        run_main_load(pipe, seconds=10)
+        run_main_load(pipe, seconds=MAIN_LOAD_SECONDS)
         pipe.assert_exact()
     finally:
         pipe.cleanup()
@@ -308,7 +311,7 @@ def test_the_same_against_a_redis_cluster(
         pipe.seed()
         nodes = {client.get_node_from_key(key).name for key in list(pipe.written)[:200]}
         assert len(nodes) == len(redis_cluster_nodes), nodes
-        run_main_load(pipe, seconds=10)
+        run_main_load(pipe, seconds=MAIN_LOAD_SECONDS)
         pipe.assert_exact()
     finally:
         pipe.cleanup()

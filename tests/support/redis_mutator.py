@@ -87,7 +87,7 @@ class Mutator:
                 for step in steps:
                     writer.run(step, attempts=20, backoff=0.05)
                     self.done += 1
-                    time.sleep(self.rng.uniform(0.0, 0.15))
+                    time.sleep(self.rng.uniform(0.0, 0.05))  # spread beside the load (~105 steps)
             finally:
                 writer.close()
 
