@@ -123,11 +123,21 @@ class ChunkAssembler:
         self._where = where
         self._spill_dir = spill_dir
         self._parts: SpilledParts | None = None
+        # finished transactions' parts, weakly held: gone once dropped, pruned once closed
+        self._handed: weakref.WeakSet[SpilledParts] = weakref.WeakSet()
 
     @property
     def pending(self) -> int:
         """Parts held for a transaction whose final binlog has not arrived."""
         return 0 if self._parts is None else self._parts.count
+
+    @property
+    def live(self) -> int:
+        """Finished transactions whose parts are still open (on their way to the sink): a
+        reader bounds the disk it uses by waiting while there are too many."""
+        for parts in [parts for parts in self._handed if parts.closed]:
+            self._handed.discard(parts)
+        return len(self._handed)
 
     @property
     def pending_commit_ts(self) -> int:
@@ -189,6 +199,7 @@ class ChunkAssembler:
         except ProtocolError:
             parts.close()
             raise
+        self._handed.add(parts)
         return parts
 
     def reset(self) -> None:

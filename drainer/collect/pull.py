@@ -26,6 +26,7 @@ only the payload, which is enough.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import dataclass
@@ -57,6 +58,10 @@ INITIAL_BACKOFF = 0.1
 MAX_BACKOFF = 2.0
 ERROR_LOG_EVERY = 10.0  # seconds between repeated "cannot pull" warnings for one pump
 UNREACHABLE_AFTER = 30.0  # default pump-unreachable-timeout, seconds
+# Chunked transactions of one pump whose parts may be on disk at once (in the merge, built or in
+# the sink's hands): the puller waits, polling every SPILL_WAIT seconds, while there are more.
+MAX_SPILLED_TXNS = 16
+SPILL_WAIT = 0.05
 PULL_METHOD = "/binlog.Pump/PullBinlogs"
 _CHUNKED_TXNS = metrics.CHUNKED_TXNS
 _SPILLED_BYTES = metrics.SPILLED_BYTES
@@ -282,6 +287,8 @@ class PumpPuller:
                 self._feed.feed(self.name, items)
                 del items
                 await self._feed.wait_room(self.name)
+                while self._chunks.live >= MAX_SPILLED_TXNS:
+                    await asyncio.sleep(SPILL_WAIT)
         finally:
             self.status.connected = False
             call.cancel()

@@ -258,3 +258,18 @@ def test_the_merge_releases_the_parts_of_a_duplicate(tmp_path: Path) -> None:
     merger.push("p1", txn)
     assert txn.parts.closed
     assert merger.duplicates == 1
+
+
+def test_live_counts_finished_transactions_until_their_parts_are_released(tmp_path: Path) -> None:
+    assembler = ChunkAssembler("pump p1", tmp_path)
+    held = []
+    for n in range(3):
+        assembler.add(part(1, start_ts=START + 10 * n, commit_ts=COMMIT + 10 * n))
+        parts = assembler.finish(final(1, START + 10 * n, COMMIT + 10 * n))
+        assert parts is not None
+        held.append(parts)
+    assert assembler.live == 3
+    held[0].close()
+    assert assembler.live == 2
+    del held[1:], parts  # dropped without close(): released with the last reference
+    assert assembler.live == 0
