@@ -145,12 +145,27 @@ class Index:
 
     def parts(self, start_ts: int) -> list[Part]:
         """The indexed parts of the transaction ``start_ts``, in chunk order."""
-        prefix = ts_key(PART, start_ts)
+        return self.parts_of([start_ts]).get(start_ts, [])
+
+    def parts_of(self, start_ts: list[int]) -> dict[int, list[Part]]:
+        """The indexed parts of the transactions ``start_ts`` that have any, in chunk order:
+        one range scan over the part keys between the lowest and highest start_ts."""
+        out: dict[int, list[Part]] = {}
+        if not start_ts:
+            return out
+        wanted = set(start_ts)
+        stop = ts_key(PART, max(wanted) + 1)
         with self._env.begin() as txn:
-            return [
-                Part(start_ts, int.from_bytes(key[9:], "big"), _pointer(value))
-                for key, value in _prefixed(txn, prefix)
-            ]
+            cursor = txn.cursor()
+            if not cursor.set_range(ts_key(PART, min(wanted))):
+                return out
+            for key, value in cursor:
+                if key >= stop:
+                    break
+                ts, chunk = _PART.unpack(key[1:])
+                if ts in wanted:
+                    out.setdefault(ts, []).append(Part(ts, chunk, _pointer(value)))
+        return out
 
     def delete_commits_before(self, ts: int) -> int:
         """GC: delete commits with commit_ts < ``ts``, in transactions of bounded size."""

@@ -95,13 +95,15 @@ class PullReader:
         to ``watermark`` has been read.
         """
         commits = self._index.commits(after, watermark, max_entries)
-        chunked = bool(commits) and self._index.has_parts()  # one lookup per batch without parts
+        chunked: dict[int, list[Part]] = {}
+        if commits and self._index.has_parts():  # one lookup per batch while no part is indexed
+            chunked = self._index.parts_of([commit.start_ts for commit in commits])
         items: list[PullItem] = []
         cursor, size = after, 0
         for commit_ts, start_ts, pointer in commits:
             parts: list[Part] = []
             if chunked:
-                parts = self._index.parts(start_ts)
+                parts = chunked.get(start_ts, parts)
                 if parts:
                     size, stop = self._add_parts(items, parts, commit_ts, parts_sent, size, max_bytes)
                     if stop is not None:
