@@ -22,6 +22,7 @@ current part whole is copied in one C call.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from operator import add
 from typing import NamedTuple
 
 from google.protobuf.unknown_fields import UnknownFieldSet
@@ -124,8 +125,21 @@ def iter_prewrite_parts(value: PrewriteValue, max_bytes: int) -> Iterator[Prewri
 
 
 def _row_costs(rows: Sequence[bytes]) -> list[int]:
-    """The serialized size of each row as a field of a TableMutation."""
-    return [n + (2 if n < 0x80 else 3 if n < 0x4000 else 1 + _varint_size(n)) for n in map(len, rows)]
+    """The serialized size of each row as a field of a TableMutation: tag, length varint, data.
+
+    Computed with ``map`` over C callables (a list comprehension cost ~1 us a
+    row): 2 + n, plus one for each 7 bits of n beyond the first 7.
+    """
+    lengths = list(map(len, rows))
+    if not lengths:
+        return lengths
+    top = max(lengths)
+    if top >= 1 << 21:  # rows of 2 MiB or more: rare, one Python step each
+        return [1 + _varint_size(n) + n for n in lengths]
+    costs = list(map(add, map((2).__add__, lengths), map((0x7F).__lt__, lengths)))
+    if top > 0x3FFF:
+        costs = list(map(add, costs, map((0x3FFF).__lt__, lengths)))
+    return costs
 
 
 class _Measured(NamedTuple):
