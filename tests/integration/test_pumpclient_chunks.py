@@ -17,7 +17,7 @@ from prometheus_client import REGISTRY
 from bridge.binlog import DELETE_ROW, INSERT, UPDATE, iter_changes, parse_binlog
 from bridge.grpcutil import aio_channel
 from bridge.proto import binlog_pb2, pump_pb2, pump_pb2_grpc
-from bridge.pumpclient import PumpClientConfig, PumpsClient
+from bridge.pumpclient import AsyncPumpsClient, PumpClientConfig, PumpsClient
 from pump.wire import response_entities
 from tests.support.process import ChildProcess, wait_until
 from tests.support.pump_server import PumpProcess, start_meta
@@ -203,3 +203,58 @@ def test_a_pump_killed_during_the_parts_the_transaction_starts_again_on_the_othe
     check_chunked(pulled[start_ts], value, key, chunk_bytes=4096)
     # the survivor took every part from part 1 on
     assert parts_taken()[other] >= len(pulled[start_ts].parts)
+
+
+def test_small_transactions_are_not_held_behind_a_large_one(
+    tmp_path: Path, children: list[ChildProcess]
+) -> None:
+    """The async client: while one transaction's ~600 parts go to the only pump, 50 small
+    transactions written after it started all finish before it does, and all are stored."""
+    meta, meta_addr = start_meta(tmp_path)
+    children.append(meta)
+    pump = PumpProcess(tmp_path, meta_addr, node_id="pump-1")
+    children.append(pump.start())
+    value = big_value(24_000, seed=4)
+    small = big_value(3, seed=5)
+    finished: list[str] = []
+
+    async def scenario() -> tuple[int, dict[int, int], int]:
+        config = PumpClientConfig(chunk_bytes=4096)
+        async with AsyncPumpsClient(meta_addr, config) as client:
+
+            async def txn(name: str, changes: binlog_pb2.PrewriteValue) -> tuple[int, int]:
+                start_ts = await client.get_timestamp()
+                await client.write_binlog(
+                    binlog_pb2.Binlog(
+                        tp=binlog_pb2.Prewrite,
+                        start_ts=start_ts,
+                        prewrite_key=b"key-%d" % start_ts,
+                        prewrite_value=changes.SerializeToString(),
+                    )
+                )
+                commit_ts = await client.get_timestamp()
+                await client.write_binlog(
+                    binlog_pb2.Binlog(tp=binlog_pb2.Commit, start_ts=start_ts, commit_ts=commit_ts)
+                )
+                finished.append(name)
+                return start_ts, commit_ts
+
+            parts_before = metric("bridge_pump_client_chunk_parts_total")
+            big = asyncio.create_task(txn("big", value))
+            # until the big one is under way (or failed: then `await big` raises)
+            while metric("bridge_pump_client_chunk_parts_total") == parts_before and not big.done():
+                await asyncio.sleep(0.01)
+            smalls = await asyncio.gather(*(txn(f"small-{i}", small) for i in range(50)))
+            big_ts, _ = await big
+            return big_ts, dict(smalls), client.cluster_id
+
+    big_ts, smalls, cluster_id = asyncio.run(scenario())
+    assert finished[-1] == "big", (
+        f"the large transaction finished before {50 - finished.index('big') - 1} small ones"
+    )
+    pulled = asyncio.run(pull(pump.addr, cluster_id, max(smalls.values())))
+    assert set(pulled) == {big_ts, *smalls}
+    check_chunked(pulled[big_ts], value, b"key-%d" % big_ts, chunk_bytes=4096)
+    for start_ts, commit_ts in smalls.items():
+        final = pulled[start_ts].final
+        assert final is not None and final.commit_ts == commit_ts and not pulled[start_ts].parts
