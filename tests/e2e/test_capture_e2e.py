@@ -30,7 +30,7 @@ from bridge.apps.diff import diff
 from tests.support.capture_source import CaptureProcess
 from tests.support.capture_workload import SqlWorkload, create_tables
 from tests.support.mariadb_instance import MariaDBInstance
-from tests.support.process import free_port
+from tests.support.process import discard, free_port
 
 pytestmark = [pytest.mark.mysql, pytest.mark.timeout(600)]
 
@@ -87,7 +87,7 @@ def pipeline(
         yield pipe
     finally:
         pipe.capture.kill()
-        pipe.cluster.stop()
+        discard(pipe.cluster)
         source.drop_database(db)
         downstream_mysql.drop_database(db)
         downstream_mysql.drop_database(f"ckpt_{db}")
@@ -171,5 +171,5 @@ def test_capture_through_the_kafka_sink_and_consume_apply(
         assert capture.stop() == 0
     finally:
         capture.kill()
-        cluster.stop()
+        discard(cluster)
         source.drop_database(db)

@@ -29,6 +29,7 @@ from bridge.apps.demo.cluster import Cluster, ClusterSpec, resolver_for
 from bridge.apps.diff import diff
 from bridge.dsn import Dsn
 from tests.e2e.test_pipeline import LOAD_TABLES, kill_and_restart, mysql_text, mysql_upstream, run_load
+from tests.support.process import discard
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(420)]
 
@@ -62,7 +63,7 @@ def kafka_cluster(tmp_path: Path, upstream: str, kafka_bootstrap: str, unique_na
         cluster.start()
         yield cluster
     finally:
-        cluster.stop()
+        discard(cluster)
 
 
 def consume(*args: str, timeout: float = HANG_GUARD) -> subprocess.CompletedProcess[str]:
@@ -198,7 +199,7 @@ def test_mariadb_upstream_through_the_kafka_sink_replays_equal(
         run_load(cluster, upstream, seconds=8)
         replay_and_diff(cluster, upstream, kafka_bootstrap, unique_name, tmp_path / "replica")
     finally:
-        cluster.stop()
+        discard(cluster)
 
 
 def applied_ts(target: Path) -> int:

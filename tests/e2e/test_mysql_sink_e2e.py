@@ -39,6 +39,7 @@ from tests.e2e.test_pipeline import wait_for, wait_for_transactions
 from tests.e2e.test_relay_recovery import worker_process_pids
 from tests.integration.test_mysql_worker_processes import wait_gone
 from tests.support.mariadb_instance import MariaDBInstance
+from tests.support.process import discard
 
 pytestmark = [pytest.mark.mysql, pytest.mark.timeout(300)]
 
@@ -129,7 +130,7 @@ def pipeline(unique_name: str, downstream_mysql: MariaDBInstance, tmp_path: Path
         yield pipe
     finally:
         if pipe.cluster is not None:
-            pipe.cluster.stop()
+            discard(pipe.cluster)
         on_server(server, f"DROP DATABASE IF EXISTS `{pipe.database}`")
         downstream_mysql.start()
         downstream_mysql.drop_database(pipe.database)

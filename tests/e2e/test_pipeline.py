@@ -23,6 +23,7 @@ from bridge.apps.demo.cluster import Cluster, ClusterSpec, resolver_for
 from bridge.apps.demo.workload import LoadProcess
 from bridge.apps.diff import diff
 from bridge.dsn import Dsn, parse_dsn
+from tests.support.process import discard
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -74,7 +75,7 @@ def cluster(tmp_path: Path, sqlite_upstream: str) -> Iterator[Cluster]:
     (sqlite + file sinks), each with its own ports and data dir."""
     cluster = start_cluster(tmp_path, resolver=resolver_for(sqlite_upstream))
     yield cluster
-    cluster.stop()
+    discard(cluster)
 
 
 def wait_for(predicate: Callable[[], object], what: str, cluster: Cluster) -> None:
@@ -147,7 +148,7 @@ def test_mariadb_upstream_through_three_pumps(tmp_path: Path, mysql_upstream: Ds
         run_load(cluster, upstream, seconds=8)
         assert_replicated(cluster, upstream)
     finally:
-        cluster.stop()
+        discard(cluster)
 
 
 def kill_and_restart(name: str, down_seconds: float = 2.0) -> Fault:

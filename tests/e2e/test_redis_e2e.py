@@ -51,6 +51,7 @@ from bridge.apps.demo.workload import LoadProcess
 from bridge.apps.diff.open import open_source
 from bridge.dsn import Dsn
 from tests.e2e.test_pipeline import mysql_text, mysql_upstream, wait_for, wait_for_transactions
+from tests.support.process import discard
 from tests.support.redis_mutator import Mutator
 from tests.support.redis_server import RedisServer
 
@@ -221,7 +222,7 @@ class RedisPipeline:
         assert slots, "no load_slots slot key was invalidated: no unique-column change happened"
 
     def cleanup(self) -> None:
-        self.cluster.stop()
+        discard(self.cluster)
         keys = list(self.keys())
         for start in range(0, len(keys), 500):
             for key in keys[start : start + 500]:

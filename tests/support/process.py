@@ -13,6 +13,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from bridge.apps.demo.cluster import Cluster
 from bridge.apps.demo.cluster import free_port as free_port  # one allocator: never the same port twice
 
 
@@ -124,3 +125,17 @@ def bridge_cli(*args: str) -> list[str]:
 def run_cli(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
     """Run one ``binlog-bridge`` command to completion and capture its output."""
     return subprocess.run(bridge_cli(*args), capture_output=True, text=True, timeout=timeout)
+
+
+def discard(cluster: Cluster) -> None:
+    """Tear a test's cluster down: SIGKILL every member's process group (a drainer's worker
+    processes too) and reap it. For teardown only, where nothing is asserted about the stop: the
+    clean stop :meth:`Cluster.stop` makes (SIGTERM, then each process's own shutdown, about a
+    second per group of members here) costs 3-4 s per test and tells a test nothing it checks;
+    tests of the clean stop itself call ``stop``. Never raises."""
+    for member in cluster.members.values():
+        member.expected_up = False
+        try:
+            member.process.kill()
+        except Exception as exc:  # a teardown must not hide the test's own failure
+            print(f"discard: killing {member.name} failed: {exc!r}", file=sys.stderr)
