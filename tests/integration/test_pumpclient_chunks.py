@@ -15,6 +15,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from bridge.binlog import DELETE_ROW, INSERT, UPDATE, iter_changes, parse_binlog
+from bridge.errors import NoPumpAvailable
 from bridge.grpcutil import aio_channel
 from bridge.proto import binlog_pb2, pump_pb2, pump_pb2_grpc
 from bridge.pumpclient import AsyncPumpsClient, PumpClientConfig, PumpsClient
@@ -258,3 +259,22 @@ def test_small_transactions_are_not_held_behind_a_large_one(
     for start_ts, commit_ts in smalls.items():
         final = pulled[start_ts].final
         assert final is not None and final.commit_ts == commit_ts and not pulled[start_ts].parts
+
+
+def test_no_pump_takes_the_parts_raises_no_pump_available(
+    tmp_path: Path, children: list[ChildProcess]
+) -> None:
+    meta, meta_addr = start_meta(tmp_path)
+    children.append(meta)
+    pump = PumpProcess(tmp_path, meta_addr, node_id="pump-1")
+    children.append(pump.start())
+    value = big_value(600, seed=6)
+    config = PumpClientConfig(chunk_bytes=CHUNK_BYTES, write_timeout=2.0, retry_backoff_max=0.5)
+    with PumpsClient(meta_addr, config) as client:
+        start_ts = client.get_timestamp()
+        pump.kill()
+        prewrite = binlog_pb2.Binlog(
+            tp=binlog_pb2.Prewrite, start_ts=start_ts, prewrite_value=value.SerializeToString()
+        )
+        with pytest.raises(NoPumpAvailable, match=f"chunked prewrite binlog of start_ts {start_ts}.*pump-1"):
+            client.write_binlog(prewrite)
