@@ -105,12 +105,12 @@ class PullReader:
             if chunked:
                 parts = chunked.get(start_ts, parts)
                 if parts:
-                    size, stop = self._add_parts(items, parts, commit_ts, parts_sent, size, max_bytes)
+                    sent = parts_sent if commit_ts == after + 1 else 0  # the cut one: cursor commit_ts - 1
+                    size, stop = self._add_parts(items, parts, commit_ts, sent, size, max_bytes)
                     if stop is not None:
                         return items, commit_ts - 1, stop
                     if size >= max_bytes and items:  # the final binlog waits for the next batch
                         return items, commit_ts - 1, len(parts)
-                parts_sent = 0
             cursor = commit_ts
             try:
                 payload = self._vlog.read(pointer)

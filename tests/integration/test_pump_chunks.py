@@ -140,7 +140,9 @@ def test_a_batch_cut_inside_a_chunked_transaction_continues_with_its_next_part(t
 
     batches = run(scenario())
     assert transactions(flat(batches)) == {100: (200, 7), 101: (201, 2)}
-    assert any(isinstance(batch[-1], ChunkPart) for batch in batches), "no batch ended inside a transaction"
+    ends = [(batch[-1].start_ts, batch[-1].chunk) for batch in batches if isinstance(batch[-1], ChunkPart)]
+    assert (100, 3) in ends, "no batch ended between two parts"
+    assert (101, 2) in ends, "no batch ended between the last part and the final binlog"
     for batch in batches:  # bounded: max_bytes plus one binlog
         size = sum(len(item.payload) for item in batch if not isinstance(item, Watermark))
         assert size < 25_000 + part_size + 1000
