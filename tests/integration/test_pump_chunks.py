@@ -7,8 +7,10 @@ and GC removes them; the gRPC service takes parts through WriteBinlog(s)."""
 from __future__ import annotations
 
 import asyncio
+import re
 import shutil
 import sys
+import urllib.request
 from collections.abc import Awaitable, Iterator
 from pathlib import Path
 from typing import Any
@@ -351,3 +353,15 @@ def test_the_service_takes_parts_by_write_binlog_and_write_binlogs(
     ]
     assert all(e.meta.commitTs == commit_ts == e.pos.offset for e in txn)
     assert all(b.commit_ts == commit_ts for b in binlogs) and binlogs[-1].chunks == 2
+    assert metric(pump, "bridge_pump_writes_total", type="chunk", result="ok") == 2
+    assert metric(pump, "bridge_pump_writes_total", type="unknown", result="invalid") == 1
+    assert metric(pump, "bridge_pump_pull_entities_total", kind="chunk") == 2
+
+
+def metric(pump: PumpProcess, name: str, **labels: str) -> float:
+    url = f"http://127.0.0.1:{pump.status_port}/metrics"
+    with urllib.request.urlopen(url, timeout=30) as response:
+        text = response.read().decode()
+    selector = ",".join(f'{key}="{value}"' for key, value in sorted(labels.items()))  # as exposed
+    found = re.search(rf"^{name}\{{{re.escape(selector)}\}} (\S+)$", text, re.MULTILINE)
+    return float(found.group(1)) if found else 0.0
