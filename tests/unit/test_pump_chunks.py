@@ -19,7 +19,7 @@ def test_parts_pass_through_without_pairing_or_watermark() -> None:
     assert changes.parts == [Part(200, 1, Pointer(1, 20)), Part(200, 2, Pointer(1, 30))]
     assert [c.commit_ts for c in changes.committed] == [110]
     sorter.add(PREWRITE, 200, 0, Pointer(1, 40))
-    assert sorter.watermark == 110 and sorter.is_unpaired(200)
+    assert sorter.watermark == 199 and sorter.is_unpaired(200)  # the Prewrite, not its parts, bounds it
     sorter.add(ROLLBACK, 200, 0, Pointer(1, 50))
     assert not sorter.is_unpaired(200)
     changes = sorter.take_changes()
