@@ -60,6 +60,7 @@ password, and neither do ``str()``, ``repr()`` nor any error raised here.
 
 from __future__ import annotations
 
+import functools
 import os
 import sqlite3
 import ssl
@@ -216,9 +217,8 @@ class Dsn:
 
         Callers translate them into their own error tree at their boundary.
         """
-        import pymysql  # here: the SQLite paths of the project never load the MySQL driver
-
-        return pymysql.connect(**self.pymysql_args(connect_timeout=connect_timeout, **extra))
+        args = self.pymysql_args(connect_timeout=connect_timeout, **extra)
+        return _connection_class()(**args)
 
     def connect_sqlite(self, *, read_only: bool = False, **extra: Any) -> sqlite3.Connection:
         """A new sqlite3 connection to this SQLite DSN's file; see :func:`connect_sqlite`."""
@@ -236,6 +236,42 @@ class Dsn:
 
     def __repr__(self) -> str:
         return f"Dsn({self.redacted()!r})"
+
+
+@functools.cache
+def _preferred_tls_context() -> ssl.SSLContext:
+    """The context of ``ssl-mode=preferred``, built once per process.
+
+    pymysql's default (preferred) mode builds ``ssl.create_default_context()`` on every
+    connect, loading the system's CA store (~30 ms of CPU and ~55 ms of wall time per
+    connection measured here, against ~1 ms for the whole plaintext connect) for a context
+    that verifies nothing. This is the same context: no certificate or host name check, TLS
+    when the server offers it. SSLContext may be shared between threads.
+    """
+    context = ssl.create_default_context()
+    context.verify_flags &= ~ssl.VERIFY_X509_STRICT
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+@functools.cache
+def _connection_class() -> type[pymysql.connections.Connection[Any]]:
+    """pymysql's Connection, its preferred-mode TLS context shared (:func:`_preferred_tls_context`).
+
+    Imported here: the SQLite paths of the project never load the MySQL driver. pymysql is
+    pinned (pyproject.toml); tests/integration/test_mysql_tls.py checks that the preferred mode
+    still connects in plaintext to a server without TLS and encrypts with one that has it.
+    """
+    import pymysql.connections
+
+    class Connection(pymysql.connections.Connection):
+        def _create_ssl_ctx(self, sslp: Any) -> ssl.SSLContext:
+            if isinstance(sslp, dict) and not sslp:  # pymysql's preferred mode asks for its default
+                return _preferred_tls_context()
+            return super()._create_ssl_ctx(sslp)  # type: ignore[misc,no-any-return]
+
+    return Connection
 
 
 def parse_dsn(text: str, *, key: str = "dsn") -> Dsn:

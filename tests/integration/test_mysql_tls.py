@@ -114,6 +114,22 @@ def test_the_tls_modes_encrypt(tls_server: tuple[MariaDBInstance, Path], query: 
         conn.close()
 
 
+def test_preferred_connections_share_one_context_and_still_encrypt(
+    tls_server: tuple[MariaDBInstance, Path], plaintext_server: str
+) -> None:
+    """bridge.dsn builds preferred mode's context once (pymysql loads the CA store per connect)."""
+    server, _ = tls_server
+    first, second = sink_connect(parse_dsn(server.dsn)), sink_connect(parse_dsn(server.dsn))
+    plain = sink_connect(parse_dsn(plaintext_server))
+    try:
+        assert cipher(first) != "" and cipher(second) != ""
+        assert first.ctx is second.ctx is plain.ctx
+        assert cipher(plain) == ""  # the same context falls back to plaintext where TLS is not offered
+    finally:
+        for conn in (first, second, plain):
+            conn.close()
+
+
 def test_verification_failures_do_not_connect(
     tls_server: tuple[MariaDBInstance, Path], tmp_path: Path
 ) -> None:
