@@ -41,7 +41,7 @@ pytestmark = pytest.mark.timeout(120)
 
 HANG_GUARD = 60.0  # seconds: a safety net against hangs, never a performance bound
 LATE_CONFIG = """\
-max-txn-timeout = "200ms"
+max-txn-timeout = "{max_txn_timeout}"
 [resolver]
 type = "{type}"
 interval = "50ms"
@@ -94,10 +94,12 @@ class Pump:
             return str(response.errmsg)
 
 
-def start_pump(workdir: Path, resolver_type: str, dsn: str = "") -> Pump:
+def start_pump(workdir: Path, resolver_type: str, dsn: str = "", max_txn_timeout: str = "200ms") -> Pump:
     workdir.mkdir()
     meta, meta_addr = start_meta(workdir)
-    extra = LATE_CONFIG.format(type=resolver_type, dsn=f'dsn = "{dsn}"' if dsn else "")
+    extra = LATE_CONFIG.format(
+        type=resolver_type, dsn=f'dsn = "{dsn}"' if dsn else "", max_txn_timeout=max_txn_timeout
+    )
     process = PumpProcess(workdir, meta_addr, extra_config=extra)
     try:
         process.start()
@@ -129,7 +131,10 @@ def sqlite_pump(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Pump
     with sqlite3.connect(upstream) as conn:
         conn.execute(STATUS_TABLE)
     conn.close()
-    pump = start_pump(tmp_path_factory.mktemp("late") / "sqlite", "sqlite", f"sqlite://{upstream}")
+    # 1 s: the "found" scenario writes its status row after its Prewrite (see there)
+    pump = start_pump(
+        tmp_path_factory.mktemp("late") / "sqlite", "sqlite", f"sqlite://{upstream}", max_txn_timeout="1s"
+    )
     yield pump, upstream
     pump.process.kill()
     pump.meta.kill()
@@ -205,12 +210,16 @@ def test_the_sqlite_resolver_settles_both_ways(sqlite_pump: tuple[Pump, Path]) -
 
     async def scenario() -> None:
         found_start, lost_start = await pump.timestamp(), await pump.timestamp()
+        for start_ts in (found_start, lost_start):
+            assert await pump.write(prewrite_of(start_ts)) == ""
+        # As a producer does: the commit_ts is taken once the Prewrite is durable, so it is above
+        # every fake binlog the pump wrote before (one taken earlier could fall below the
+        # watermark, and the resolver's Commit at it would be late). The status row follows
+        # within the pump's max-txn-timeout (1 s here) of found_start.
         found_commit = await pump.timestamp()
         with sqlite3.connect(upstream) as conn:
             conn.execute("INSERT INTO bridge_txn_status VALUES (?, ?)", (found_start, found_commit))
         conn.close()
-        for start_ts in (found_start, lost_start):
-            assert await pump.write(prewrite_of(start_ts)) == ""
         await pump.lost_commits_settled("found", 1)
         await pump.lost_commits_settled("discarded", 1)
         assert await pump.write(commit(found_start, found_commit)) == ""
