@@ -7,7 +7,7 @@ from pathlib import Path
 
 from bridge.apps.consume.apply import Applier
 from bridge.apps.consume.items import RowItem
-from bridge.apps.consume.ordering import ResolvedBuffer
+from bridge.apps.consume.ordering import Released, ResolvedBuffer
 from bridge.apps.consume.spill import SpilledRows
 from drainer.sinks.sqlite.sink import SQLiteSink
 from tests.unit.test_consume_apply import TOPIC, by_name, change, ddl, items_schema, rows
@@ -79,3 +79,24 @@ def test_a_spilled_transaction_applies_with_the_schema_before_a_later_ddl(tmp_pa
     assert got[49] == (49, "n49", None)
     assert (applier.stats.rows, applier.stats.transactions, applier.stats.ddl) == (51, 2, 2)
     assert all(not list(i.items()) for i in items if isinstance(i, SpilledRows))  # deleted once applied
+
+
+def test_a_spilled_transaction_applied_by_an_earlier_run_is_skipped_and_deleted(tmp_path: Path) -> None:
+    def released() -> list[Released]:
+        buffer = buffer_of(spill_rows=2)
+        buffer.add(ddl(10, "CREATE_TABLE", items_schema(), "CREATE TABLE items (...)"))
+        for pos in range(5):
+            buffer.add(change(20, pos, "c", after={"id": pos, "name": "n"}))
+        resolve(buffer, 20)
+        return buffer.take_ready()[1]
+
+    first = Applier(SQLiteSink({"path": str(tmp_path)}, tmp_path), by_name)
+    first.apply(released(), 20)
+    first.close()
+    again = Applier(SQLiteSink({"path": str(tmp_path)}, tmp_path), by_name)
+    items = released()
+    assert again.apply(items, 20) == 20
+    again.close()
+    assert again.stats.skipped == 6 and again.stats.rows == 0
+    assert len(rows(tmp_path)) == 5
+    assert all(not list(i.items()) for i in items if isinstance(i, SpilledRows))

@@ -212,6 +212,12 @@ def cluster_of(items: Sequence[Released]) -> int | None:
     return None
 
 
+def _close_spilled(items: Sequence[Released]) -> None:
+    for item in items:
+        if isinstance(item, SpilledRows):
+            item.close()
+
+
 class Applier:
     """Feeds released changes to sinks made by ``factory``; see the module docstring.
 
@@ -288,15 +294,14 @@ class Applier:
         if upto_ts > self.checkpoint:
             events.append(ResolvedEvent(upto_ts))
         if not events:
+            _close_spilled(items)  # all of it applied by an earlier run
             return self.checkpoint
         driver = self._writer()
         with as_raised():
             driver.write_all(events, EVENTS_PER_WRITE)
             position = driver.flush()
         self.checkpoint = max(self.checkpoint, upto_ts)
-        for item in items:
-            if isinstance(item, SpilledRows):
-                item.close()  # applied and flushed: its rows on disk are no longer needed
+        _close_spilled(items)  # applied and flushed: their rows on disk are no longer needed
         return position
 
     def _events(self, items: Sequence[Released]) -> Iterator[Event]:
