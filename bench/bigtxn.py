@@ -236,23 +236,9 @@ async def run_consume(
 
 
 def verify(dsn: Dsn, schema: row_pb2.TableSchema, rows: int) -> dict[str, Any]:
-    count, customers, weights = expected(rows)
-    conn = dsn.connect(database=schema.db, autocommit=True)
-    try:
-        with conn.cursor() as cursor:
-            cursor.execute(f"SELECT COUNT(*), SUM(`customer`), SUM(`weight`) FROM `{schema.table}`")  # noqa: S608
-            got = cursor.fetchone()
-    finally:
-        conn.close()
-    assert got is not None
-    found = (int(got[0]), int(got[1] or 0), float(got[2] or 0.0))
-    if found[:2] != (count, customers) or abs(found[2] - weights) > 1e-6 * max(1.0, abs(weights)):
-        raise RuntimeError(
-            f"downstream {schema.db}.{schema.table}: (rows, SUM(customer), SUM(weight)) = {found}, "
-            f"expected {(count, customers, weights)}"
-        )
-    progress(f"downstream {schema.db}.{schema.table} verified: {count:,} rows")
-    return {"rows": count, "checked": "row count, SUM(customer), SUM(weight)"}
+    checked = workload.check_table(dsn, schema.db, schema.table, expected(rows))
+    progress(f"downstream {schema.db}.{schema.table} verified: {rows:,} rows")
+    return checked
 
 
 def delete_topics(bootstrap: str, prefix: str) -> None:

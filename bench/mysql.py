@@ -271,24 +271,10 @@ async def measure_drainer(
 def verify(dsn: Dsn, schema: row_pb2.TableSchema, model: Model, table: str = "") -> dict[str, Any]:
     """A downstream table (default the replicated one) against the model: count and column sums
     must match."""
-    count, customers, weights = model.expected()
     table = table or schema.table
-    conn = connect(dsn, schema.db)
-    try:
-        with conn.cursor() as cursor:
-            cursor.execute(f"SELECT COUNT(*), SUM(`customer`), SUM(`weight`) FROM `{table}`")  # noqa: S608
-            got = cursor.fetchone()
-    finally:
-        conn.close()
-    assert got is not None
-    found = (int(got[0]), int(got[1] or 0), float(got[2] or 0.0))
-    if found[:2] != (count, customers) or abs(found[2] - weights) > 1e-6 * max(1.0, abs(weights)):
-        raise RuntimeError(
-            f"downstream {schema.db}.{table} differs from the preload: (rows, SUM(customer), "
-            f"SUM(weight)) = {found}, expected {(count, customers, weights)}"
-        )
-    progress(f"downstream {table} verified: {count:,} live rows")
-    return {"rows": count, "checked": "row count, SUM(customer), SUM(weight)"}
+    checked = workload.check_table(dsn, schema.db, table, model.expected())
+    progress(f"downstream {table} verified: {checked['rows']:,} live rows")
+    return checked
 
 
 def measure_ceiling(dsn: Dsn, database: str, args: argparse.Namespace) -> tuple[float, CpuMeter]:

@@ -13,9 +13,11 @@ import argparse
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from bench.drainer import row_values
 from bridge.binlog import TableMutationBuilder
+from bridge.dsn import Dsn
 from bridge.errors import ConfigError
 from bridge.rowcodec import RowCodec
 from drainer.sinks.mysql.config import auto_processes, usable_cores
@@ -127,3 +129,24 @@ def worker_processes(args: argparse.Namespace) -> int:
     """``--worker-processes`` as the sink resolves it on this machine."""
     setting = args.worker_processes
     return setting if isinstance(setting, int) else auto_processes(usable_cores(), args.worker_count)
+
+
+def check_table(dsn: Dsn, db: str, table: str, expected: tuple[int, int, float]) -> dict[str, Any]:
+    """``db.table`` (the workload's shape) against ``expected`` (rows, SUM(customer), SUM(weight));
+    RuntimeError naming both when they differ."""
+    count, customers, weights = expected
+    conn = dsn.connect(database=db, autocommit=True)
+    try:
+        with conn.cursor() as cursor:
+            cursor.execute(f"SELECT COUNT(*), SUM(`customer`), SUM(`weight`) FROM `{table}`")  # noqa: S608
+            got = cursor.fetchone()
+    finally:
+        conn.close()
+    assert got is not None
+    found = (int(got[0]), int(got[1] or 0), float(got[2] or 0.0))
+    if found[:2] != (count, customers) or abs(found[2] - weights) > 1e-6 * max(1.0, abs(weights)):
+        raise RuntimeError(
+            f"downstream {db}.{table}: (rows, SUM(customer), SUM(weight)) = {found}, "
+            f"expected {(count, customers, weights)}"
+        )
+    return {"rows": count, "checked": "row count, SUM(customer), SUM(weight)"}
