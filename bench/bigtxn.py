@@ -105,6 +105,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="kafka: skip consume --apply; the check is then only the count of row messages the "
         "broker acknowledged (the drainer's bridge_sink_kafka_messages_total)",
     )
+    parser.add_argument(
+        "--chunk-bytes",
+        type=int,
+        default=PumpClientConfig().chunk_bytes,
+        help="the producer's pump-client chunk-bytes (default %(default)s; 0 = one binlog, at most "
+        "gRPC's 128 MiB message)",
+    )
     parser.add_argument("--timeout", type=float, default=3600.0, help="phase time limit (default 3600 s)")
 
 
@@ -122,9 +129,12 @@ def expected(rows: int) -> tuple[int, int, float]:
     return rows, customers, float(weights)
 
 
-async def preload(meta_addr: str, schema: row_pb2.TableSchema, rows: int) -> tuple[int, int]:
+async def preload(
+    meta_addr: str, schema: row_pb2.TableSchema, rows: int, chunk_bytes: int
+) -> tuple[int, int]:
     """The CREATE TABLE, then one transaction of ``rows`` inserts; (its commit_ts, its bytes)."""
-    config = PumpClientConfig(strategy="range", rpc_timeout=120, write_timeout=600)
+    config = PumpClientConfig(strategy="range", rpc_timeout=120, write_timeout=600, chunk_bytes=chunk_bytes)
+    config.validate()
     began = time.perf_counter()
     async with AsyncPumpsClient(meta_addr, config) as client:
         tso = TsoBatcher(client)
@@ -273,7 +283,7 @@ async def measure(args: argparse.Namespace, dsn: Dsn) -> dict[str, Any]:
             tmp = Path(name)
             async with contextlib.AsyncExitStack() as stack:
                 meta_addr, _pumps = await start_cluster(stack, tmp, progress)
-                last_ts, size = await preload(meta_addr, schema, args.rows)
+                last_ts, size = await preload(meta_addr, schema, args.rows, args.chunk_bytes)
                 out["payload_mib"] = round(size / 2**20, 1)
                 out.update(await run_drainer(tmp, meta_addr, last_ts, args, dsn, schema.db, prefix))
         if args.sink == "kafka" and args.no_consume:
@@ -314,6 +324,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "params": {
             "rows": args.rows,
             "sink": args.sink,
+            "chunk_bytes": args.chunk_bytes,
             "worker_count": args.worker_count,
             "worker_processes": workload.worker_processes(args) if args.sink == "mysql" else None,
             "partitions": args.partitions if args.sink == "kafka" else None,
