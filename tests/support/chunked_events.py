@@ -19,20 +19,23 @@ from bridge.binlogscan import scan_header
 from bridge.chunks import ChunkAssembler
 from bridge.proto import binlog_pb2
 from bridge.sink.events import TxnEvent
+from bridge.sink.schema import SchemaTracker
 from drainer.collect.merger import PulledTxn
 from tests.support.binlog_events import EventStream, Row
 
 ChangeSpec = tuple[str, str, Row | None, Row | None]
 
 
-def prewrite_value(stream: EventStream, changes: Sequence[ChangeSpec]) -> binlog_pb2.PrewriteValue:
+def prewrite_value(
+    tracker: SchemaTracker, changes: Sequence[ChangeSpec], schema_version: int = 0
+) -> binlog_pb2.PrewriteValue:
     """One part's changes (``(kind, "db.table", before, after)``) as a PrewriteValue: one
     mutation per run of changes of one table, so the order across tables is kept."""
     mutations: list[binlog_pb2.TableMutation] = []
     current: TableMutationBuilder | None = None
     for kind, name, before, after in changes:
         db, table = name.split(".", 1)
-        tracked = stream.tracker.find(db, table)
+        tracked = tracker.find(db, table)
         assert tracked is not None, f"{name} was not created"
         if current is None or current.table_id != tracked.table_id:
             if current is not None:
@@ -47,7 +50,10 @@ def prewrite_value(stream: EventStream, changes: Sequence[ChangeSpec]) -> binlog
             current.delete(codec.encode(before or ()))
     if current is not None:
         mutations.append(current.build())
-    return binlog_pb2.PrewriteValue(mutations=mutations)
+    value = binlog_pb2.PrewriteValue(mutations=mutations)
+    if schema_version:
+        value.schema_version = schema_version
+    return value
 
 
 def chunk_binlogs(
@@ -64,11 +70,11 @@ def chunk_binlogs(
             start_ts=start_ts,
             commit_ts=commit_ts,
             chunk=index,
-            prewrite_value=prewrite_value(stream, run).SerializeToString(),
+            prewrite_value=prewrite_value(stream.tracker, run).SerializeToString(),
         ).SerializeToString()
         for index, run in enumerate(runs[:-1], start=1)
     ]
-    final = prewrite(start_ts, prewrite_value(stream, runs[-1]), b"key")
+    final = prewrite(start_ts, prewrite_value(stream.tracker, runs[-1]), b"key")
     final.tp = BinlogType.Commit
     final.commit_ts = commit_ts
     final.chunks = chunks

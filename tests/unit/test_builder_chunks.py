@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bridge.binlog import BinlogType, TableMutationBuilder, commit, ddl_prewrite, prewrite
+from bridge.binlog import BinlogType, commit, ddl_prewrite, prewrite
 from bridge.binlogscan import scan_header
 from bridge.chunks import ChunkAssembler, SpilledParts
 from bridge.errors import ProtocolError
@@ -20,6 +20,7 @@ from drainer.collect.merger import PulledTxn
 from drainer.sync.builder import EventBuilder, HaltError
 from drainer.sync.filter import TableFilter
 from tests.support.binlog_events import table_schema
+from tests.support.chunked_events import prewrite_value
 
 T = row_pb2.ColumnType
 Change = row_pb2.SchemaChange
@@ -58,25 +59,7 @@ class Stream:
 
     def value(self, changes: Sequence[Spec]) -> binlog_pb2.PrewriteValue:
         """``changes`` as mutations, one per run of one table's changes (the order is kept)."""
-        mutations: list[binlog_pb2.TableMutation] = []
-        current: TableMutationBuilder | None = None
-        for kind, name, before, after in changes:
-            tracked = self.tracker.find(*name.split("."))
-            assert tracked is not None
-            if current is None or current.table_id != tracked.table_id:
-                if current is not None:
-                    mutations.append(current.build())
-                current = TableMutationBuilder(tracked.table_id)
-            codec = tracked.codec
-            if kind == "insert":
-                current.insert(codec.encode(after or ()))
-            elif kind == "update":
-                current.update(*codec.encode_update(before or (), after or ()))
-            else:
-                current.delete(codec.encode(before or ()))
-        if current is not None:
-            mutations.append(current.build())
-        return binlog_pb2.PrewriteValue(schema_version=3, mutations=mutations)
+        return prewrite_value(self.tracker, changes, schema_version=3)
 
     def whole(self, changes: Sequence[Spec]) -> PulledTxn:
         return self.pulled(prewrite(1, self.value(changes)))
