@@ -29,30 +29,13 @@ from tests.support.drainer_cluster import (
     strip_ddl_details,
     table,
 )
-from tests.support.process import ChildProcess, wait_until
-from tests.support.pump_server import PumpProcess, start_meta
+from tests.support.process import wait_until
+from tests.support.pump_server import PumpProcess
 
 pytestmark = [pytest.mark.timeout(600)]
 
 CHUNK_BYTES = 16384
 BIG_INSERTS = 45_000
-
-
-@pytest.fixture
-def meta_addr(tmp_path: Path, children: list[ChildProcess]) -> str:
-    child, addr = start_meta(tmp_path)
-    children.append(child)
-    return addr
-
-
-@pytest.fixture
-def pumps(tmp_path: Path, meta_addr: str) -> Iterator[list[PumpProcess]]:
-    started = [PumpProcess(tmp_path, meta_addr, node_id=f"pump-{i}") for i in range(2)]
-    for pump in started:
-        pump.start()
-    yield started
-    for pump in started:
-        pump.kill()
 
 
 @pytest.fixture

@@ -31,31 +31,14 @@ from tests.support.drainer_cluster import (
     strip_ddl_details,
     table,
 )
-from tests.support.process import ChildProcess, run_cli, wait_until
-from tests.support.pump_server import PumpProcess, start_meta
+from tests.support.process import run_cli, wait_until
+from tests.support.pump_server import PumpProcess
 from tests.support.recording_sink import SINK_TYPE
 
 pytestmark = pytest.mark.timeout(300)
 
 T = row_pb2.ColumnType
 Change = row_pb2.SchemaChange
-
-
-@pytest.fixture
-def meta_addr(tmp_path: Path, children: list[ChildProcess]) -> str:
-    child, addr = start_meta(tmp_path)
-    children.append(child)
-    return addr
-
-
-@pytest.fixture
-def pumps(tmp_path: Path, meta_addr: str) -> Iterator[list[PumpProcess]]:
-    started = [PumpProcess(tmp_path, meta_addr, node_id=f"pump-{i}") for i in range(2)]
-    for pump in started:
-        pump.start()
-    yield started
-    for pump in started:
-        pump.kill()
 
 
 @pytest.fixture

@@ -27,19 +27,12 @@ from tests.support.drainer_cluster import (
     strip_ddl_details,
     table,
 )
-from tests.support.process import ChildProcess, wait_until
-from tests.support.pump_server import PumpProcess, start_meta
+from tests.support.process import wait_until
+from tests.support.pump_server import PumpProcess
 
 pytestmark = pytest.mark.timeout(300)
 
 T = row_pb2.ColumnType
-
-
-@pytest.fixture
-def meta_addr(tmp_path: Path, children: list[ChildProcess]) -> str:
-    child, addr = start_meta(tmp_path)
-    children.append(child)
-    return addr
 
 
 @pytest.fixture

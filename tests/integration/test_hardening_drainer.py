@@ -35,19 +35,12 @@ from tests.support.drainer_cluster import (
     strip_ddl_details,
     table,
 )
-from tests.support.process import ChildProcess, free_port, run_cli, wait_until
-from tests.support.pump_server import PumpProcess, start_meta
+from tests.support.process import free_port, run_cli, wait_until
+from tests.support.pump_server import PumpProcess
 
 pytestmark = pytest.mark.timeout(180)
 
 GHOST_TTL_MS = 1500
-
-
-@pytest.fixture
-def meta_addr(tmp_path: Path, children: list[ChildProcess]) -> str:
-    child, addr = start_meta(tmp_path)
-    children.append(child)
-    return addr
 
 
 @pytest.fixture

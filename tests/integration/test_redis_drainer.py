@@ -11,7 +11,7 @@ import pytest
 import redis
 
 from bridge.proto import row_pb2
-from tests.integration.test_drainer_faults import meta_addr, producer, pumps
+from tests.integration.test_drainer_faults import producer
 from tests.support.drainer_cluster import DrainerProcess, Producer, table
 from tests.support.pump_server import PumpProcess
 
@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.redis, pytest.mark.timeout(300)]
 T = row_pb2.ColumnType
 
 
-__all__ = ["meta_addr", "producer", "pumps"]  # fixtures of tests/integration/test_drainer_faults.py
+__all__ = ["producer"]  # test_drainer_faults.py's fixture; meta_addr and pumps: conftest.py
 
 
 def sink_tables(url: str, prefix: str, templates: list[str]) -> str:

@@ -1,0 +1,30 @@
+"""Fixtures several integration modules share: a meta service and two pumps, each a real child process."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.process import ChildProcess
+from tests.support.pump_server import PumpProcess, start_meta
+
+
+@pytest.fixture
+def meta_addr(tmp_path: Path, children: list[ChildProcess]) -> str:
+    """A meta service (killed with the test's children); its address."""
+    child, addr = start_meta(tmp_path)
+    children.append(child)
+    return addr
+
+
+@pytest.fixture
+def pumps(tmp_path: Path, meta_addr: str) -> Iterator[list[PumpProcess]]:
+    """Two pumps, pump-0 and pump-1, registered with ``meta_addr``; SIGKILLed after the test."""
+    started = [PumpProcess(tmp_path, meta_addr, node_id=f"pump-{i}") for i in range(2)]
+    for pump in started:
+        pump.start()
+    yield started
+    for pump in started:
+        pump.kill()
