@@ -72,8 +72,17 @@ def sqlite_upstream(tmp_path: Path) -> str:
 @pytest.fixture
 def cluster(tmp_path: Path, sqlite_upstream: str) -> Iterator[Cluster]:
     """meta, three pumps (resolving lost commits from the SQLite upstream) and a drainer
-    (sqlite + file sinks), each with its own ports and data dir."""
-    cluster = start_cluster(tmp_path, resolver=resolver_for(sqlite_upstream))
+    (sqlite + file sinks), each with its own ports and data dir.
+
+    A pump SIGKILLed after storing a Prewrite but before answering leaves it unpaired: the
+    producer writes the Prewrite again to another pump and the Commit there. The orphan holds
+    the pump's watermark, and the merge, until ``max-txn-timeout`` (10 minutes by default) lets
+    the resolver settle it; 20 s keeps that inside the catch-up guard and far above the time any
+    load transaction stays open upstream (a shorter timeout could discard a Prewrite whose
+    transaction has not committed yet)."""
+    cluster = start_cluster(
+        tmp_path, resolver=resolver_for(sqlite_upstream), pump_settings={"max-txn-timeout": "20s"}
+    )
     yield cluster
     discard(cluster)
 

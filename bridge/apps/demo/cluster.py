@@ -180,10 +180,6 @@ class Cluster:
     def downstream_dsn(self) -> str:
         return f"sqlite://{self.sqlite_dir}"
 
-    @property
-    def status_url(self) -> str:
-        return f"http://127.0.0.1:{self.members[DRAINER].status_port}/status"
-
     # ---------------------------------------------------------------- configs
 
     def configs(self) -> dict[str, str]:
@@ -318,12 +314,28 @@ class Cluster:
 
     def drainer_status(self) -> dict[str, Any] | None:
         """The drainer's ``/status`` JSON, or None when it does not answer right now."""
+        return self.member_status(DRAINER)
+
+    def member_status(self, name: str) -> dict[str, Any] | None:
+        """A pump's or the drainer's ``/status`` JSON, or None when it does not answer right now."""
+        url = f"http://127.0.0.1:{self.members[name].status_port}/status"
         try:
-            with urllib.request.urlopen(self.status_url, timeout=STATUS_TIMEOUT) as reply:  # noqa: S310
+            with urllib.request.urlopen(url, timeout=STATUS_TIMEOUT) as reply:
                 return dict(json.loads(reply.read()))
         except (OSError, urllib.error.URLError, ValueError) as exc:
-            log.debug("drainer status unavailable: %s", exc)
+            log.debug("%s status unavailable: %s", name, exc)
             return None
+
+    def unpaired_prewrites(self) -> dict[str, int]:
+        """Each answering pump's unpaired Prewrites: a Prewrite whose Commit never came (its
+        producer or the pump died between the two) holds that pump's watermark, and so the
+        merge, until ``max-txn-timeout`` resolves it."""
+        counts: dict[str, int] = {}
+        for name in self.pump_names:
+            status = self.member_status(name) if self.members[name].expected_up else None
+            if status is not None:
+                counts[name] = int(status.get("unpaired_prewrites") or 0)
+        return counts
 
     def wait_caught_up(
         self,
@@ -349,9 +361,15 @@ class Cluster:
                 if int(status.get("checkpoint_ts") or 0) >= target_ts:
                     return status
             if time.monotonic() >= deadline:
+                held = {name: count for name, count in self.unpaired_prewrites().items() if count}
+                hint = (
+                    f"; unpaired Prewrites hold back {held} until the pumps' max-txn-timeout resolves them"
+                    if held
+                    else ""
+                )
                 raise CatchUpTimeout(
-                    f"the drainer's checkpoint did not reach commit_ts {target_ts} within {timeout:g}s; "
-                    f"last status: {json.dumps(status)[:2000]}"
+                    f"the drainer's checkpoint did not reach commit_ts {target_ts} "
+                    f"within {timeout:g}s{hint}; last status: {json.dumps(status)[:2000]}"
                 )
             time.sleep(POLL_INTERVAL)
 
