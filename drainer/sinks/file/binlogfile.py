@@ -27,6 +27,18 @@ transactions. A crash can leave the last file's last record incomplete (a
 was never written: the writer truncates both at open (so the transaction is
 written again, whole), the reader stops before them. A bad record anywhere
 else is corruption and raises :class:`~bridge.errors.ProtocolError`.
+
+Only what a crash can leave is a torn tail: an incomplete record head or
+payload, a record that is not one (no magic, an impossible length) or one
+whose CRC32C fails. A record that is whole and checks (magic, length and CRC
+all good) was written completely, so it is never truncated, in any file:
+
+- of a kind other than 1, 2, 3 it was written by a newer binlog-bridge (a
+  later format adds kinds): :class:`UnknownRecordKind`, a ProtocolError
+  naming the kind, the offset and the file; the writer refuses to open the
+  directory instead of cutting the newer data off;
+- a header that is not first, or a first record that is not a header, is
+  corruption (ProtocolError), not a torn tail.
 """
 
 from __future__ import annotations
@@ -108,13 +120,30 @@ class TornTail(Exception):
         self.offset = offset
 
 
+class UnknownRecordKind(ProtocolError):
+    """A whole record (its CRC32C checks) of a kind this version does not know: the file was
+    written by a newer binlog-bridge. Never a torn tail, so never truncated."""
+
+    def __init__(self, path: Path, offset: int, kind: int) -> None:
+        super().__init__(
+            f"binlog file {path}: record kind {kind} at offset {offset} is unknown to this version "
+            f"(it knows kinds {KIND_HEADER}-{KIND_PART}): the file was written by a newer "
+            "binlog-bridge; read it with that version (the file is left as it is)"
+        )
+        self.path = path
+        self.offset = offset
+        self.kind = kind
+
+
 def _read_exact(stream: BinaryIO, size: int) -> bytes:
     data = stream.read(size)
     return data if len(data) == size else b""
 
 
 def iter_records(path: Path) -> Iterator[Record]:
-    """The records of one file; raises :class:`TornTail` where they stop being well-formed."""
+    """The records of one file; raises :class:`TornTail` where they stop being well-formed
+    (what a crash can leave) and :class:`ProtocolError` at a whole record that is wrong
+    (:class:`UnknownRecordKind`: a newer version's)."""
     with path.open("rb") as stream:
         offset = 0
         while True:
@@ -124,16 +153,29 @@ def iter_records(path: Path) -> Iterator[Record]:
             if len(head) < RECORD_HEAD.size:
                 raise TornTail(offset, "incomplete record header")
             magic, length, crc = RECORD_HEAD.unpack(head)
-            if magic != MAGIC or length < 1 + _TS.size or length > MAX_RECORD:
+            if magic != MAGIC or length < 1 or length > MAX_RECORD:
                 raise TornTail(offset, f"no record at offset {offset}")
             payload = _read_exact(stream, length)
             if not payload:
                 raise TornTail(offset, "incomplete record payload")
             if google_crc32c.value(payload) != crc:
                 raise TornTail(offset, f"record at offset {offset} fails its CRC32C")
+            # From here the record is whole: whatever is wrong with it, a crash did not do it.
             kind = payload[0]
-            if kind not in (KIND_HEADER, KIND_EVENT, KIND_PART) or (kind == KIND_HEADER) != (offset == 0):
-                raise TornTail(offset, f"record of kind {kind} at offset {offset}")
+            if kind not in (KIND_HEADER, KIND_EVENT, KIND_PART):
+                raise UnknownRecordKind(path, offset, kind)
+            if (kind == KIND_HEADER) != (offset == 0) or length < 1 + _TS.size:
+                what = (
+                    f"a {length}-byte record of kind {kind}"
+                    if length < 1 + _TS.size
+                    else "a header after the first record"
+                    if kind == KIND_HEADER
+                    else f"the first record is of kind {kind}, not a header"
+                )
+                raise ProtocolError(
+                    f"binlog file {path}: corrupt at offset {offset}: {what} (its CRC32C checks, so "
+                    "it is no torn tail; the file is left as it is)"
+                )
             offset += RECORD_HEAD.size + length
             (ts,) = _TS.unpack_from(payload, 1)
             yield Record(kind, ts, payload[1 + _TS.size :], offset)
@@ -165,7 +207,9 @@ class BinlogFileWriter:
 
     :meth:`open` recovers the directory: truncates a torn tail, drops a last
     file without a complete header, and rebuilds the schema state (last
-    header's snapshot + the DDLs after it) and ``last_ts``.
+    header's snapshot + the DDLs after it) and ``last_ts``. A whole record it
+    cannot use (a newer version's kind, a misplaced header) raises
+    :class:`~bridge.errors.ProtocolError` and nothing is truncated.
     """
 
     def __init__(self, directory: Path, max_file_size: int) -> None:
