@@ -20,6 +20,12 @@ The file is unlinked from the start, so a crash leaves nothing behind; it is
 closed by :meth:`SpilledParts.close` or, failing that, when the object is
 garbage collected. Reads use ``os.pread`` so several threads may read the
 parts at once.
+
+A spill file that cannot be created or written (a full disk, a quota, an I/O
+error) raises :class:`SpillFailed` naming the spill directory, the source,
+the transaction, the bytes gathered so far and the OS error; the assembler
+drops the partial file at once (its space goes back) so nothing partial is
+handed on, and the source can send the transaction again once there is room.
 """
 
 from __future__ import annotations
@@ -32,7 +38,34 @@ from pathlib import Path
 from typing import IO
 
 from bridge.binlogscan import PREWRITE_CHUNK, BinlogHeader, scan_header
-from bridge.errors import ProtocolError
+from bridge.errors import BridgeError, ProtocolError
+
+
+class SpillFailed(BridgeError):
+    """A part could not be written to the spill directory (ENOSPC, EDQUOT, EIO, ...).
+
+    Retriable: the disk may be freed, and the source sends the transaction again from part 1.
+    ``gathered``: the bytes of the transaction's parts written before the failure;
+    ``__cause__`` is the OSError.
+    """
+
+    retriable = True
+
+    def __init__(
+        self, where: str, spill_dir: Path | None, start_ts: int, commit_ts: int, gathered: int, exc: OSError
+    ) -> None:
+        directory = str(spill_dir) if spill_dir is not None else f"{tempfile.gettempdir()} (system default)"
+        prefix = f"{where}: " if where else ""
+        super().__init__(
+            f"{prefix}spill-dir {directory}: cannot gather the chunked transaction (start_ts {start_ts}, "
+            f"commit_ts {commit_ts}): writing its parts failed after {gathered} bytes gathered: {exc}; "
+            "the parts are dropped"
+        )
+        self.spill_dir = spill_dir
+        self.start_ts = start_ts
+        self.commit_ts = commit_ts
+        self.gathered = gathered
+        self.errno = exc.errno
 
 
 class SpilledParts:
@@ -43,19 +76,37 @@ class SpilledParts:
     serialized PrewriteValue), one at a time, in chunk order.
     """
 
-    __slots__ = ("__weakref__", "_closer", "_file", "_spans", "commit_ts", "size", "start_ts")
+    __slots__ = (
+        "__weakref__",
+        "_closer",
+        "_file",
+        "_spans",
+        "_spill_dir",
+        "_where",
+        "commit_ts",
+        "size",
+        "start_ts",
+    )
 
-    def __init__(self, spill_dir: Path | None = None, start_ts: int = 0, commit_ts: int = 0) -> None:
-        # closed by close() or the finalizer below, not a with block: the parts outlive this call
-        self._file: IO[bytes] = tempfile.TemporaryFile(  # noqa: SIM115
-            prefix="chunks-", dir=None if spill_dir is None else str(spill_dir), buffering=0
-        )
-        self._closer = weakref.finalize(self, self._file.close)
-        # per part: (offset in the file, binlog length, prewrite_value start, end within the binlog)
-        self._spans: list[tuple[int, int, int, int]] = []
+    def __init__(
+        self, spill_dir: Path | None = None, start_ts: int = 0, commit_ts: int = 0, where: str = ""
+    ) -> None:
+        """``where`` names the source in a :class:`SpillFailed` (e.g. ``"pump pump-1"``)."""
+        self._spill_dir = spill_dir
+        self._where = where
         self.size = 0
         self.start_ts = start_ts
         self.commit_ts = commit_ts
+        try:
+            # closed by close() or the finalizer below, not a with block: the parts outlive this call
+            self._file: IO[bytes] = tempfile.TemporaryFile(  # noqa: SIM115
+                prefix="chunks-", dir=None if spill_dir is None else str(spill_dir), buffering=0
+            )
+        except OSError as exc:
+            raise SpillFailed(where, spill_dir, start_ts, commit_ts, 0, exc) from exc
+        self._closer = weakref.finalize(self, self._file.close)
+        # per part: (offset in the file, binlog length, prewrite_value start, end within the binlog)
+        self._spans: list[tuple[int, int, int, int]] = []
 
     @property
     def count(self) -> int:
@@ -66,12 +117,19 @@ class SpilledParts:
         return not self._closer.alive
 
     def append(self, payload: bytes, value_span: tuple[int, int]) -> None:
-        """Write one part's binlog; ``value_span`` is where its ``prewrite_value`` lies in it."""
+        """Write one part's binlog; ``value_span`` is where its ``prewrite_value`` lies in it.
+        :class:`SpillFailed` when the write fails; the part is then not counted (bytes of it
+        already written stay in the file until it is closed)."""
         view = memoryview(payload)
         fd = self._file.fileno()
         written = 0
-        while written < len(view):
-            written += os.pwrite(fd, view[written:], self.size + written)
+        try:
+            while written < len(view):
+                written += os.pwrite(fd, view[written:], self.size + written)
+        except OSError as exc:
+            raise SpillFailed(
+                self._where, self._spill_dir, self.start_ts, self.commit_ts, self.size + written, exc
+            ) from exc
         self._spans.append((self.size, len(payload), value_span[0], value_span[1]))
         self.size += len(payload)
 
@@ -146,7 +204,8 @@ class ChunkAssembler:
 
     def add(self, payload: bytes, header: BinlogHeader | None = None) -> None:
         """Take one PrewriteChunk binlog (commit_ts set); ``header``: its :func:`scan_header`
-        if already read. :class:`ProtocolError` on a gap, a duplicate or another transaction's part."""
+        if already read. :class:`ProtocolError` on a gap, a duplicate or another transaction's part;
+        :class:`SpillFailed` when the spill file cannot take it (the parts held are dropped)."""
         if header is None or header.value_span is None:
             header = scan_header(payload, locate=True)
         if header.tp != PREWRITE_CHUNK:
@@ -165,9 +224,15 @@ class ChunkAssembler:
             what = "a duplicate" if 0 < header.chunk < expected else "out of order"
             raise self._error(header, f"part {header.chunk} is {what}: part {expected} is next")
         if parts is None:
-            parts = self._parts = SpilledParts(self._spill_dir, header.start_ts, header.commit_ts)
+            parts = self._parts = SpilledParts(
+                self._spill_dir, header.start_ts, header.commit_ts, self._where
+            )
         assert header.value_span is not None
-        parts.append(payload, header.value_span)
+        try:
+            parts.append(payload, header.value_span)
+        except SpillFailed:
+            self.reset()  # the partial file goes at once: its space may be what the disk lacks
+            raise
 
     def finish(self, payload: bytes, header: BinlogHeader | None = None) -> SpilledParts | None:
         """Close the transaction with its final binlog (the Prewrite re-typed Commit): its parts,

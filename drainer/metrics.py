@@ -62,8 +62,8 @@ PULLED_MESSAGES = Counter(
 )
 ERRORS = Counter(
     "bridge_drainer_errors_total",
-    "Errors by where they happened: pull, registry, heartbeat, sink (retried), fatal (stopped the drainer), "
-    "http",
+    "Errors by where they happened: pull, spill (the spill-dir could not take a chunked transaction's "
+    "parts; retried), registry, heartbeat, sink (retried), fatal (stopped the drainer), http",
     ["where"],
 )
 SINK_WRITE_SECONDS = Histogram(

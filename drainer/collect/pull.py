@@ -16,6 +16,15 @@ delivered anything for ``unreachable_after`` seconds (the drainer's
 (``binlog-bridge ctl offline`` when it is gone for good); it logs again when
 the pump answers.
 
+A spill directory that cannot take a chunked transaction's parts (a full
+disk, a quota, an I/O error: :class:`~bridge.chunks.SpillFailed`) fails the
+stream like a broken connection, not the drainer: the error (spill-dir,
+start_ts/commit_ts, the bytes gathered, the OS error) becomes the pump's
+``last_error`` in ``/status``, counts as ``bridge_drainer_errors_total{where="spill"}``
+and is logged as pull errors are; the partial spill file is dropped, nothing
+of the transaction reaches the merge, and the stream is asked again after
+its backoff from the last complete transaction (the disk may have been freed).
+
 An entity is read without parsing the whole binlog: :func:`scan_header`
 walks the top-level protobuf fields of the payload and notes where
 ``prewrite_value`` lies, so a transaction of a million rows is held as one
@@ -44,7 +53,7 @@ from bridge.binlogscan import LENGTH, PREWRITE_CHUNK, VARINT, fields, int64
 from bridge.binlogscan import SCAN_FROM_BYTES as SCAN_FROM_BYTES
 from bridge.binlogscan import BinlogHeader as BinlogHeader
 from bridge.binlogscan import scan_header as scan_header
-from bridge.chunks import ChunkAssembler
+from bridge.chunks import ChunkAssembler, SpillFailed
 from bridge.errors import ProtocolError
 from bridge.grpcutil import DEFAULT_MAX_MESSAGE_BYTES, SecurityConfig, aio_channel
 from bridge.proto import pump_pb2
@@ -209,6 +218,7 @@ class PumpPuller:
 
     A :class:`ProtocolError` (an entity that is not a binlog, a checksum
     that does not match) is not retried: :meth:`run` raises it, naming the pump.
+    A :class:`SpillFailed` is retried like a broken stream (see the module docstring).
     """
 
     def __init__(
@@ -255,6 +265,8 @@ class PumpPuller:
                         backoff.reset()
                 except grpc.aio.AioRpcError as exc:
                     self._failed(f"{exc.code().name}: {exc.details() or 'no details'}", after)
+                except SpillFailed as exc:  # _pull dropped the partial parts; retried after the backoff
+                    self._failed(str(exc), after, where="spill")
                 else:
                     self._failed("the pump ended the stream", after)
                 await backoff.sleep()
@@ -303,10 +315,12 @@ class PumpPuller:
             self.status.unreachable = False
             log.warning("pump %s at %s is reachable again: the merge goes on", self.name, self.addr)
 
-    def _failed(self, why: str, after: int) -> None:
+    def _failed(self, why: str, after: int, where: str = "pull") -> None:
+        """Record a failed stream: ``/status``, the error metric labelled ``where``, a
+        rate-limited warning."""
         self.status.last_error = why
         self.status.last_error_at = time.time()
-        metrics.ERRORS.labels("pull").inc()
+        metrics.ERRORS.labels(where).inc()
         now = time.monotonic()
         if not self.status.unreachable and now - self._delivered_at >= self._unreachable_after:
             self.status.unreachable = True
