@@ -15,6 +15,14 @@ Keys (all integers big-endian, so byte order is numeric order)::
     b"m:applied"          ->  segment u32 | offset u64                  value-log position indexed
     b"m:watermark", b"m:max-seen", b"m:latest", b"m:gc-ts"  ->  u64
 
+A Prewrite announces how many parts its transaction has (``chunks``): when
+it is applied, ``k`` entries of its start_ts above that number (parts an
+earlier, cut-short attempt of the producer left, e.g. parts 4 and 5 before a
+retry wrote 1..3 and a Prewrite with ``chunks = 3``) are deleted in the same
+LMDB transaction. While no ``k`` key exists this costs one lookup per
+stretch, else one range seek per Prewrite. (Parts that arrive after their
+Prewrite are not deleted here; the pull ignores them, GC removes them.)
+
 Everything the chaser derives from one stretch of the log, including the
 position after it, is written in one LMDB transaction, so the index is always
 the sorter's state at exactly ``m:applied``; the chaser replays the log from
@@ -26,6 +34,7 @@ process, not against a machine crash).
 
 from __future__ import annotations
 
+import logging
 import struct
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -34,6 +43,8 @@ import lmdb
 
 from pump.storage.segment import Pointer
 from pump.storage.sorter import Changes, Committed, Part, SorterState
+
+log = logging.getLogger(__name__)
 
 _TS = struct.Struct(">Q")
 _PTR = struct.Struct(">IQ")
@@ -111,6 +122,9 @@ class Index:
                     txn.put(key, _TS.pack(orphan_commit_ts))
             for start_ts, chunk, pointer in changes.parts:  # a second copy replaces the first
                 txn.put(PART + _PART.pack(start_ts, chunk), _PTR.pack(*pointer))
+            if changes.announced and _holds_parts(txn):
+                for start_ts, chunks in changes.announced:
+                    _delete_stale_parts(txn, start_ts, chunks)
             txn.put(WATERMARK, _TS.pack(marks.watermark))
             txn.put(MAX_SEEN, _TS.pack(marks.max_seen))
             txn.put(LATEST, _TS.pack(marks.latest_ts))
@@ -140,8 +154,7 @@ class Index:
     def has_parts(self) -> bool:
         """True when any part is indexed (a pull skips the per-commit lookup otherwise)."""
         with self._env.begin() as txn:
-            cursor = txn.cursor()
-            return bool(cursor.set_range(PART)) and bytes(cursor.key()[:1]) == PART
+            return _holds_parts(txn)
 
     def parts(self, start_ts: int) -> list[Part]:
         """The indexed parts of the transaction ``start_ts``, in chunk order."""
@@ -206,6 +219,32 @@ class Index:
     def close(self) -> None:
         self._env.sync(True)
         self._env.close()
+
+
+def _holds_parts(txn: Any) -> bool:
+    cursor = txn.cursor()
+    return bool(cursor.set_range(PART)) and bytes(cursor.key()[:1]) == PART
+
+
+def _delete_stale_parts(txn: Any, start_ts: int, chunks: int) -> None:
+    """Delete the parts of ``start_ts`` above ``chunks``, the number its Prewrite announces."""
+    stop = PART + _PART.pack(start_ts + 1, 0)
+    cursor = txn.cursor()
+    stale: list[int] = []
+    key = cursor.key() if cursor.set_range(PART + _PART.pack(start_ts, chunks + 1)) else b""
+    while key and key < stop:  # b"": past the last key
+        stale.append(_PART.unpack(key[1:])[1])
+        cursor.delete()  # and on to the next key
+        key = cursor.key()
+    if stale:
+        log.warning(
+            "start_ts %d: its Prewrite announces %d parts; removed %d stale parts above them (%s), "
+            "left by an earlier attempt of the producer",
+            start_ts,
+            chunks,
+            len(stale),
+            stale if len(stale) <= 10 else f"{stale[:10]}...",
+        )
 
 
 def _prefixed(txn: Any, prefix: bytes) -> list[tuple[bytes, bytes]]:

@@ -25,6 +25,11 @@ Rules:
   arriving later (a replayed or retried write) is still emitted in order. It
   expires once the log's time (the highest ts seen) passes its commit_ts by
   the orphan timeout; expiring logs an error and drops it.
+- A chunked transaction's parts (PrewriteChunk) are handed to the index as
+  they come. The Prewrite that becomes the transaction's (the first one, or
+  the one an orphan Commit waited for) also hands the index the number of
+  parts it announces (``chunks``, 0 when it came whole), so parts above it,
+  left by an earlier attempt of the producer, are removed.
 - A Commit whose commit_ts is at or below the watermark is dropped with an
   error (a producer broke the two-phase protocol); it never moves back in time.
   :meth:`Sorter.would_drop_commit` answers, before a Commit is written,
@@ -89,6 +94,8 @@ class Changes:
     unpaired: dict[int, Pointer | None] = field(default_factory=dict)
     orphans: dict[int, int | None] = field(default_factory=dict)
     parts: list[Part] = field(default_factory=list)  # PrewriteChunks seen, in log order
+    # (start_ts, chunks) of each Prewrite kept: the parts it announces; any above are stale
+    announced: list[tuple[int, int]] = field(default_factory=list)
 
 
 @dataclass
@@ -173,11 +180,12 @@ class Sorter:
         value before this record: a Commit must not be judged late because
         its own pairing let the watermark jump past it. For a PrewriteChunk
         ``commit_ts`` is its chunk index (it has no commit_ts), always below
-        its start_ts, so the log's clock moves as for a Prewrite."""
+        its start_ts, so the log's clock moves as for a Prewrite; for a Prewrite, which has no
+        commit_ts either, it is the number of parts it announces (``chunks``, 0 when whole)."""
         state = self._state
         state.latest_ts = max(state.latest_ts, start_ts, commit_ts)
         if tp == PREWRITE:
-            self._prewrite(start_ts, pointer)
+            self._prewrite(start_ts, commit_ts, pointer)
         elif tp == COMMIT:
             self._commit(start_ts, commit_ts)
         elif tp == ROLLBACK and commit_ts != 0 and commit_ts == start_ts:
@@ -199,15 +207,19 @@ class Sorter:
         self._round_commits.clear()
         return changes
 
-    def _prewrite(self, start_ts: int, pointer: Pointer) -> None:
+    def _prewrite(self, start_ts: int, chunks: int, pointer: Pointer) -> None:
         state = self._state
         commit_ts = state.orphans.pop(start_ts, None)
         if commit_ts is not None:
             self._changes.orphans[start_ts] = None
+            self._changes.announced.append((start_ts, chunks))
             self._pair(start_ts, commit_ts, pointer)
         elif start_ts not in state.unpaired:
             state.unpaired[start_ts] = pointer
             self._changes.unpaired[start_ts] = pointer
+            # Only the Prewrite kept says which parts are its own: a second copy (ignored here)
+            # must not remove parts the first one announces.
+            self._changes.announced.append((start_ts, chunks))
             heapq.heappush(self._unpaired_heap, start_ts)
 
     def _commit(self, start_ts: int, commit_ts: int) -> None:

@@ -77,15 +77,19 @@ class StorageStats:
 
 def _record_of(payload: bytes) -> tuple[int, int, int]:
     """(tp, start_ts, commit_ts) of a stored payload, for the chaser's slow path; for a
-    PrewriteChunk, which has no commit_ts, (tp, start_ts, chunk) as :meth:`Storage.write`
-    records it."""
+    PrewriteChunk, which has no commit_ts, (tp, start_ts, chunk) and for a Prewrite (tp,
+    start_ts, chunks), as :meth:`Storage.write` records them."""
     try:
         binlog = binlog_pb2.Binlog.FromString(payload)
     except DecodeError:
         log.error("a value-log record passed its checksum but is not a Binlog; ignoring it")
         return -1, 0, 0
     tp = binlog.tp
-    return tp, binlog.start_ts, binlog.chunk if tp == PREWRITE_CHUNK else binlog.commit_ts
+    if tp == PREWRITE_CHUNK:
+        return tp, binlog.start_ts, binlog.chunk
+    if tp == PREWRITE:
+        return tp, binlog.start_ts, max(binlog.chunks, 0)
+    return tp, binlog.start_ts, binlog.commit_ts
 
 
 def _ts_of(payload: bytes) -> int:
@@ -238,6 +242,8 @@ class Storage:
                     raise ProtocolError(
                         f"invalid binlog (start_ts {start_ts}): a PrewriteChunk needs chunk >= 1"
                     )
+            elif tp == PREWRITE:  # and a Prewrite the parts it announces (the index drops any above)
+                commit_ts = max(binlog.chunks, 0)
             records.append((payload, tp, start_ts, commit_ts))
         if not records:
             return
