@@ -50,7 +50,7 @@ from pathlib import Path
 from prometheus_client import Counter, Gauge
 
 from bridge.durable import fsync_dir, write_atomically
-from bridge.errors import UserError
+from bridge.errors import ProtocolError, UserError
 from bridge.sink.contract import Sink, SinkContext
 from bridge.sink.errors import SinkError
 from bridge.sink.events import Event
@@ -106,11 +106,18 @@ def write_cluster_id(directory: Path, cluster_id: int) -> None:
 
 
 def _header_ts(path: Path) -> int | None:
-    """A relay file's header prev_ts (every event of the file is above it); None if unreadable."""
+    """A relay file's header prev_ts (every event of the file is above it); None if unreadable.
+
+    None keeps the file and every file after it: a corrupt first record or one of a newer
+    version (ProtocolError) is the recovery's to report when it reads the file, not a reason
+    for the clean-up after a flush to fail the flush."""
     try:
         for record in iter_records(path):
             return record.commit_ts if record.kind == KIND_HEADER else None
     except (TornTail, OSError):
+        return None
+    except ProtocolError as exc:
+        log.warning("relay: %s: first record unreadable (%s); kept, with the files after it", path, exc)
         return None
     return None
 

@@ -374,3 +374,25 @@ def test_relay_config_is_checked() -> None:
     assert config.relay.enabled and config.relay.directory(Path("/data")) == Path("/data/relay")
     assert config.relay.max_file_size == 10 << 20
     assert not config_from_dict({}).relay.enabled
+
+
+def test_a_relay_file_whose_first_record_is_unreadable_stops_the_clean_up_without_failing_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A whole first record of a newer version's kind (or not a header) is a ProtocolError now,
+    not a torn tail: the clean-up after a flush keeps that file rather than raising."""
+    from drainer.relay.sink import _header_ts
+    from drainer.sinks.file.binlogfile import encode_record, event_payload, header_payload
+
+    newer = tmp_path / "binlog-0000000002.bbf"
+    newer.write_bytes(encode_record(bytes((9,)) + (7).to_bytes(8, "big") + b"payload"))
+    headless = tmp_path / "binlog-0000000003.bbf"
+    headless.write_bytes(encode_record(event_payload(8, b"binlog")))
+    good = tmp_path / "binlog-0000000004.bbf"
+    good.write_bytes(encode_record(header_payload(41, b"")))
+    with caplog.at_level("WARNING", logger="drainer.relay.sink"):
+        assert _header_ts(newer) is None
+        assert _header_ts(headless) is None
+    assert _header_ts(good) == 41
+    assert "binlog-0000000002.bbf: first record unreadable" in caplog.text
+    assert "binlog-0000000003.bbf: first record unreadable" in caplog.text
