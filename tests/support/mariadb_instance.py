@@ -22,12 +22,15 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 
 import pymysql
+
+MAX_SOCKET_PATH = 100  # a unix socket's path has at most 107 bytes
 
 SERVER_BINARIES = ("mariadbd", "mysqld")
 INSTALL_BINARIES = ("mariadb-install-db", "mysql_install_db")
@@ -101,6 +104,8 @@ class MariaDBInstance:
         self.server_args = (*(BINLOG if binlog else NO_BINLOG), *server_args)
         self.datadir = self.workdir / "data"
         self.socket = self.workdir / "mariadbd.sock"
+        if len(str(self.socket)) > MAX_SOCKET_PATH:  # a deep tmp_path (a pytest-xdist worker's)
+            self.socket = Path(tempfile.gettempdir()) / f"bridge-mariadb-{os.getuid()}-{port}.sock"
         self.pid_file = self.workdir / "mariadbd.pid"
         self.log_path = self.workdir / "mariadbd.log"
         self._proc: subprocess.Popen[bytes] | None = None
