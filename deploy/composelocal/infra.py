@@ -13,7 +13,7 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-from composelocal.remap import free_port
+from bridge.apps.demo.cluster import free_port
 
 # kind -> (scripts/services name, the environment variable naming its port)
 SERVICES = {

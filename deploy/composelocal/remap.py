@@ -17,21 +17,16 @@ service's command, environment, healthcheck and mounted config text:
 from __future__ import annotations
 
 import re
-import socket
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+
+# one allocator: never the same port twice in this process, and only this tree's port slot
+from bridge.apps.demo.cluster import free_port
 
 QUOTED_PORT = re.compile(r'"(\d{2,5})"')
 HOST_PORT = re.compile(r"(?<![\w.-])([A-Za-z0-9][\w.-]*):(\d{2,5})(?!\d)")
 SELF_HOSTS = frozenset({"0.0.0.0", "127.0.0.1", "localhost"})  # noqa: S104 - names hosts, binds nothing
 LOCAL_HOST = "127.0.0.1"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((LOCAL_HOST, 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @dataclass

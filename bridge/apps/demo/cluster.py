@@ -20,8 +20,11 @@ never raises, so it belongs in a ``finally``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
+import os
+import random
 import signal
 import socket
 import sys
@@ -58,16 +61,59 @@ _ports_handed_out: set[int] = set()
 _ports_lock = threading.Lock()
 
 
+PORT_SLOT_ENV = "BRIDGE_PORT_SLOT"
+EPHEMERAL_RANGE = "/proc/sys/net/ipv4/ip_local_port_range"
+
+
+def port_slot() -> tuple[int, int]:
+    """``$BRIDGE_PORT_SLOT`` as (slot, slots): set to ``k/n`` where n process trees pick ports
+    on one host at once (the test suite's parallel workers), each hands out only ports of the
+    k-th of n shares of the ephemeral range, so no two trees are given the same port.
+    Unset: (0, 1)."""
+    text = os.environ.get(PORT_SLOT_ENV, "").strip()
+    if not text:
+        return 0, 1
+    slot, _, slots = text.partition("/")
+    try:
+        k, n = int(slot), int(slots)
+    except ValueError:
+        raise ValueError(f"{PORT_SLOT_ENV}={text!r}: expected k/n, e.g. 0/2") from None
+    if not 0 <= k < n:
+        raise ValueError(f"{PORT_SLOT_ENV}={text!r}: expected 0 <= k < n")
+    return k, n
+
+
+def _slot_ports(slot: int, slots: int) -> range:
+    """This slot's share of the kernel's ephemeral port range (where bind to port 0 picks)."""
+    low, high = 32768, 60999
+    with contextlib.suppress(OSError, ValueError):
+        low, high = map(int, Path(EPHEMERAL_RANGE).read_text().split())
+    share = (high - low + 1) // slots
+    return range(low + slot * share, low + (slot + 1) * share)
+
+
+def _unused_port(ports: range | None) -> int | None:
+    """A port nothing listens on now: the kernel's pick, or one of ``ports`` (None if taken)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", 0 if ports is None else random.choice(ports)))  # noqa: S311 - spreads, secures nothing
+        except OSError:
+            return None
+        return int(sock.getsockname()[1])
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now and that this process has not
     handed out before: the kernel may give two calls in a row the same port while the first
-    caller's server is not listening yet (seen: two pumps of one cluster given one port)."""
+    caller's server is not listening yet (seen: two pumps of one cluster given one port).
+    Under a :func:`port_slot` of n > 1, only a port of this slot's share of the range (the
+    kernel's own pick has a parity of its own: Linux binds port 0 to even ports)."""
+    slot, slots = port_slot()
+    ports = _slot_ports(slot, slots) if slots > 1 else None
     with _ports_lock:
         for _ in range(1000):
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-                sock.bind(("127.0.0.1", 0))
-                port = int(sock.getsockname()[1])
-            if port not in _ports_handed_out:
+            port = _unused_port(ports)
+            if port is not None and port not in _ports_handed_out:
                 _ports_handed_out.add(port)
                 return port
     raise OSError(
