@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+import re
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from bridge.apps.demo.cluster import PORT_SLOT_ENV
 from tests.support.process import ChildProcess, free_port
 from tests.support.spark import spark  # noqa: F401 (the session-scoped SparkSession fixture)
 
@@ -21,6 +24,46 @@ DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"  # where scripts/services starts 
 REDIS_CLUSTER_NODES_ENV = "BRIDGE_TEST_REDIS_CLUSTER_NODES"
 # the three masters scripts/services redis-cluster builds
 DEFAULT_REDIS_CLUSTER_NODES = "127.0.0.1:17001,127.0.0.1:17002,127.0.0.1:17003"
+
+
+WORKER_ENV = "PYTEST_XDIST_WORKER"  # gw0, gw1, ... in a worker of `pytest -n N` (scripts/test)
+WORKER_COUNT_ENV = "PYTEST_XDIST_WORKER_COUNT"
+
+if os.environ.get(WORKER_ENV, "").startswith("gw") and os.environ.get(WORKER_COUNT_ENV):
+    # Each worker (and every process it starts) hands out only its own ports: two workers
+    # never give the same port to two servers (bridge.apps.demo.cluster.port_slot).
+    os.environ.setdefault(
+        PORT_SLOT_ENV, f"{int(os.environ[WORKER_ENV][2:])}/{int(os.environ[WORKER_COUNT_ENV])}"
+    )
+
+
+SPARK_MARK = re.compile(r"\bmark\.spark\b")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under ``-n N --dist loadgroup`` (scripts/test): a test module runs whole on one worker
+    (its module-scoped fixtures start once), and every module with Spark tests on the same
+    worker (one SparkSession per run: half a GB and 7-15 s each), in collection order (the
+    long end-to-end modules first). pytest-xdist 3.8's own loadgroup cannot do this under
+    pytest 9 (it renames ``item._nodeid``, which pytest 9 no longer reads), so the grouping
+    is by file, in the controller, which sees node ids only."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    config.option.loadscopereorder = False
+    spark_files: dict[str, bool] = {}
+
+    class ModuleScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            if path not in spark_files:
+                text = (config.rootpath / path).read_text(encoding="utf-8", errors="replace")
+                spark_files[path] = SPARK_MARK.search(text) is not None
+            return "spark" if spark_files[path] else path
+
+    return ModuleScheduling(config, log)
 
 
 @pytest.fixture
