@@ -6,8 +6,9 @@ from __future__ import annotations
 import asyncio
 import json
 import urllib.request
-from collections.abc import Awaitable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -21,17 +22,14 @@ from bridge.proto import meta_pb2, pump_pb2, pump_pb2_grpc
 from bridge.pumpclient import AsyncPumpsClient
 from tests.support.process import ChildProcess, bridge_cli, free_port, run_cli
 from tests.support.pump_server import PumpProcess, prewrite_of, pull_until, start_meta
+from tests.support.storage_calls import run_guarded
 
 pytestmark = pytest.mark.timeout(180)
 
 HANG_GUARD = 120.0  # seconds: a safety net against hangs, never a performance bound
 
 
-def run(coro: Awaitable[Any]) -> Any:
-    async def guarded() -> Any:
-        return await asyncio.wait_for(coro, HANG_GUARD)
-
-    return asyncio.run(guarded())
+run = partial(run_guarded, guard=HANG_GUARD)
 
 
 @dataclass

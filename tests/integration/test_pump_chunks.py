@@ -6,18 +6,17 @@ and GC removes them; the gRPC service takes parts through WriteBinlog(s)."""
 
 from __future__ import annotations
 
-import asyncio
 import re
 import shutil
 import sys
 import urllib.request
-from collections.abc import Awaitable, Iterator
+from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from bridge.binlog import Binlog, BinlogType, commit, parse_binlog, rollback
+from bridge.binlog import BinlogType, commit, parse_binlog, rollback
 from bridge.errors import ProtocolError
 from bridge.grpcutil import aio_channel
 from bridge.proto import pump_pb2, pump_pb2_grpc
@@ -28,6 +27,7 @@ from tests.support.chunk_writer import CONFIG as CHILD_CONFIG
 from tests.support.chunk_writer import final_binlog, part_binlog, part_is_intact
 from tests.support.process import ChildProcess, wait_until
 from tests.support.pump_server import PumpProcess, start_meta
+from tests.support.storage_calls import pairs, run_guarded
 
 ROOT = Path(__file__).resolve().parents[2]
 HANG_GUARD = 120.0  # seconds; a safety net against hangs, never a performance assertion
@@ -35,15 +35,7 @@ SMALL = StorageConfig(segment_size=1 << 20)
 WRITERS = 4  # concurrent writers in the SIGKILL child
 
 
-def run(coro: Awaitable[Any]) -> Any:
-    async def guarded() -> Any:
-        return await asyncio.wait_for(coro, HANG_GUARD)
-
-    return asyncio.run(guarded())
-
-
-def pairs(binlogs: list[Binlog]) -> list[tuple[Binlog, bytes]]:
-    return [(b, b.SerializeToString()) for b in binlogs]
+run = partial(run_guarded, guard=HANG_GUARD)
 
 
 async def write_chunked(

@@ -8,10 +8,9 @@ from __future__ import annotations
 import asyncio
 import itertools
 import random
-from collections.abc import Awaitable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Any
 
 import pytest
 from prometheus_client import REGISTRY
@@ -20,6 +19,7 @@ from bridge.binlog import commit, rollback
 from bridge.pumpclient import AsyncPumpsClient, PumpClientConfig
 from pump.storage.segment import encode_header
 from tests.support.pump_server import Pulled, PumpProcess, prewrite_of, pull_until, start_meta
+from tests.support.storage_calls import run_guarded
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -81,11 +81,7 @@ def check_after_restart(pulled: Pulled, acknowledged: dict[int, int], ledger: Le
         assert binlog.prewrite_value == prewrite_of(binlog.start_ts).prewrite_value
 
 
-def run(coro: Awaitable[Any]) -> Any:
-    async def guarded() -> Any:
-        return await asyncio.wait_for(coro, HANG_GUARD)
-
-    return asyncio.run(guarded())
+run = partial(run_guarded, guard=HANG_GUARD)
 
 
 def commits_unsent() -> float:

@@ -3,12 +3,11 @@ the GC point, read from a real `binlog-bridge meta` registry."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Iterator
+from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
-from typing import Any
 
 import pytest
 from prometheus_client import REGISTRY
@@ -20,17 +19,14 @@ from bridge.proto import meta_pb2
 from pump.gc import GarbageCollector, default_interval, drainer_lost_binlogs, gc_point
 from pump.storage import Storage, StorageConfig
 from tests.support.pump_server import prewrite_of, start_meta
+from tests.support.storage_calls import run_guarded
 
 pytestmark = pytest.mark.timeout(120)
 
 HANG_GUARD = 60.0  # seconds: a safety net against hangs, never a performance bound
 
 
-def run(coro: Awaitable[Any]) -> Any:
-    async def guarded() -> Any:
-        return await asyncio.wait_for(coro, HANG_GUARD)
-
-    return asyncio.run(guarded())
+run = partial(run_guarded, guard=HANG_GUARD)
 
 
 @pytest.fixture

@@ -17,10 +17,10 @@ import asyncio
 import re
 import sqlite3
 import urllib.request
-from collections.abc import Awaitable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import Any
 
 import grpc
 import pytest
@@ -36,6 +36,7 @@ from pump.storage.late_commits import LateCommit
 from pump.storage.storage import Storage
 from tests.support.process import ChildProcess
 from tests.support.pump_server import PumpProcess, prewrite_of, pull_until, start_meta
+from tests.support.storage_calls import run_guarded
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -49,11 +50,7 @@ interval = "50ms"
 """
 
 
-def run(coro: Awaitable[Any]) -> Any:
-    async def guarded() -> Any:
-        return await asyncio.wait_for(coro, HANG_GUARD)
-
-    return asyncio.run(guarded())
+run = partial(run_guarded, guard=HANG_GUARD)
 
 
 @dataclass

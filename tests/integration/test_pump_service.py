@@ -9,6 +9,7 @@ import random
 import time
 from collections.abc import Awaitable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from bridge.proto import binlog_pb2, pump_pb2, pump_pb2_grpc
 from bridge.pumpclient import AsyncPumpsClient, PumpClientConfig, PumpRejected
 from tests.support.process import ChildProcess
 from tests.support.pump_server import PumpProcess, prewrite_of, pull_until, start_meta
+from tests.support.storage_calls import run_guarded
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -30,11 +32,7 @@ TOTAL_BINLOGS = 100_000
 MIB = 1 << 20
 
 
-def run(coro: Awaitable[Any]) -> Any:
-    async def guarded() -> Any:
-        return await asyncio.wait_for(coro, HANG_GUARD)
-
-    return asyncio.run(guarded())
+run = partial(run_guarded, guard=HANG_GUARD)
 
 
 @dataclass

@@ -11,8 +11,8 @@ import random
 import shutil
 import sys
 import time
-from collections.abc import Awaitable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from pump.storage import CommittedTxn, DataDirLocked, Storage, StorageConfig, Wa
 from pump.storage.index import Index
 from pump.storage.vlog import segment_name
 from tests.support.process import ChildProcess, wait_until
+from tests.support.storage_calls import pairs, run_guarded
 from tests.support.storage_writer import CONFIG as CHILD_CONFIG
 from tests.support.storage_writer import Acked, prewrite_binlog, prewrite_payload
 
@@ -33,15 +34,7 @@ HANG_GUARD = 120.0  # seconds; a safety net against hangs, never a performance a
 SMALL = StorageConfig(segment_size=1 << 20)
 
 
-def run(coro: Awaitable[Any]) -> Any:
-    async def guarded() -> Any:
-        return await asyncio.wait_for(coro, HANG_GUARD)
-
-    return asyncio.run(guarded())
-
-
-def pairs(binlogs: list[Binlog]) -> list[tuple[Binlog, bytes]]:
-    return [(b, b.SerializeToString()) for b in binlogs]
+run = partial(run_guarded, guard=HANG_GUARD)
 
 
 @dataclass

@@ -10,6 +10,7 @@ exactly what the syncer gives them: lazy ``changes()`` with decoded values.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 from bridge.binlog import BinlogType, TableMutationBuilder, ddl_prewrite, prewrite
 from bridge.proto import row_pb2
@@ -17,6 +18,7 @@ from bridge.sink.events import DDLEvent, Event, TxnEvent
 from bridge.sink.schema import SchemaTracker
 from drainer.collect.merger import PulledTxn
 from drainer.collect.pull import scan_header
+from drainer.sinks.file.binlogfile import BinlogFileWriter
 from drainer.sync.builder import EventBuilder
 from drainer.sync.filter import TableFilter
 
@@ -124,3 +126,22 @@ class EventStream:
 
 def events_commit_ts(events: Sequence[Event]) -> list[int]:
     return [e.commit_ts for e in events]
+
+
+def write_binlog_files(
+    directory: Path, stream: EventStream, count: int, max_size: int = 1 << 20
+) -> list[int]:
+    """A table's CREATE and ``count`` one-row inserts written as binlog files (the file sink's
+    format) in ``directory``, rotating at ``max_size``; returns their commit_ts in order."""
+    writer = BinlogFileWriter(directory, max_size)
+    writer.open()
+    t = row_pb2.ColumnType
+    created = stream.create(table_schema("shop", "t", [("id", t.BIGINT), ("v", t.TEXT)], key=["id"]))
+    writer.append(created.commit_ts, created.payload, created.change)
+    stamps = [created.commit_ts]
+    for i in range(count):
+        event = stream.inserts("shop.t", [(i, "x" * 200)])
+        writer.append(event.commit_ts, event.payload)
+        stamps.append(event.commit_ts)
+    writer.close()
+    return stamps

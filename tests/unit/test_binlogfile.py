@@ -16,27 +16,13 @@ from drainer.sinks.file.binlogfile import (
     iter_records,
     list_files,
 )
-from tests.support.binlog_events import EventStream, table_schema
+from tests.support.binlog_events import EventStream, write_binlog_files
 
 T = row_pb2.ColumnType
 
 
-def write_events(directory: Path, stream: EventStream, count: int, max_size: int = 1 << 20) -> list[int]:
-    writer = BinlogFileWriter(directory, max_size)
-    writer.open()
-    created = stream.create(table_schema("shop", "t", [("id", T.BIGINT), ("v", T.TEXT)], key=["id"]))
-    writer.append(created.commit_ts, created.payload, created.change)
-    stamps = [created.commit_ts]
-    for i in range(count):
-        event = stream.inserts("shop.t", [(i, "x" * 200)])
-        writer.append(event.commit_ts, event.payload)
-        stamps.append(event.commit_ts)
-    writer.close()
-    return stamps
-
-
 def test_records_round_trip_and_rotate_with_a_schema_header(tmp_path: Path) -> None:
-    stamps = write_events(tmp_path, EventStream(), 60, max_size=4096)
+    stamps = write_binlog_files(tmp_path, EventStream(), 60, max_size=4096)
     files = list_files(tmp_path)
     assert len(files) > 3
     assert [p.name for _, p in files][:2] == ["binlog-0000000001.bbf", "binlog-0000000002.bbf"]
@@ -49,7 +35,7 @@ def test_records_round_trip_and_rotate_with_a_schema_header(tmp_path: Path) -> N
 
 
 def test_reader_starts_at_the_file_holding_start_ts(tmp_path: Path) -> None:
-    stamps = write_events(tmp_path, EventStream(), 60, max_size=4096)
+    stamps = write_binlog_files(tmp_path, EventStream(), 60, max_size=4096)
     reader = BinlogFileReader(tmp_path)
     position, snapshot = reader.start(stamps[40])
     assert position > 0 and snapshot
@@ -60,7 +46,7 @@ def test_reader_starts_at_the_file_holding_start_ts(tmp_path: Path) -> None:
 
 def test_a_torn_tail_is_truncated_at_open_and_writing_goes_on(tmp_path: Path) -> None:
     stream = EventStream()
-    stamps = write_events(tmp_path, stream, 5)
+    stamps = write_binlog_files(tmp_path, stream, 5)
     ((_, path),) = list_files(tmp_path)
     intact = path.stat().st_size
     with path.open("ab") as f:
@@ -78,7 +64,7 @@ def test_a_torn_tail_is_truncated_at_open_and_writing_goes_on(tmp_path: Path) ->
 
 
 def test_a_file_without_a_complete_header_is_dropped(tmp_path: Path) -> None:
-    stamps = write_events(tmp_path, EventStream(), 3)
+    stamps = write_binlog_files(tmp_path, EventStream(), 3)
     (tmp_path / "binlog-0000000002.bbf").write_bytes(b"BBF")
     writer = BinlogFileWriter(tmp_path, 1 << 20)
     assert writer.open() == stamps[-1]
@@ -86,7 +72,7 @@ def test_a_file_without_a_complete_header_is_dropped(tmp_path: Path) -> None:
 
 
 def test_corruption_before_the_last_file_is_an_error(tmp_path: Path) -> None:
-    write_events(tmp_path, EventStream(), 60, max_size=4096)
+    write_binlog_files(tmp_path, EventStream(), 60, max_size=4096)
     first = list_files(tmp_path)[0][1]
     data = bytearray(first.read_bytes())
     data[-5] ^= 0xFF  # inside the last record's payload: its CRC fails

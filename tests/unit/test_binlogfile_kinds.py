@@ -23,24 +23,13 @@ from drainer.sinks.file.binlogfile import (
     iter_records,
     list_files,
 )
-from tests.support.binlog_events import EventStream, table_schema
+from tests.support.binlog_events import EventStream, write_binlog_files
 
 T = row_pb2.ColumnType
 
 
 def write_events(directory: Path, count: int, max_size: int = 1 << 20) -> list[int]:
-    stream = EventStream()
-    writer = BinlogFileWriter(directory, max_size)
-    writer.open()
-    created = stream.create(table_schema("shop", "t", [("id", T.BIGINT), ("v", T.TEXT)], key=["id"]))
-    writer.append(created.commit_ts, created.payload, created.change)
-    stamps = [created.commit_ts]
-    for i in range(count):
-        event = stream.inserts("shop.t", [(i, "x" * 200)])
-        writer.append(event.commit_ts, event.payload)
-        stamps.append(event.commit_ts)
-    writer.close()
-    return stamps
+    return write_binlog_files(directory, EventStream(), count, max_size)
 
 
 def last_file(directory: Path) -> Path:

@@ -6,33 +6,24 @@ count that came after the Prewrite."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import shutil
-from collections.abc import Awaitable
+from functools import partial
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from bridge.binlog import Binlog, BinlogType, commit, parse_binlog
 from pump.storage import ChunkPart, CommittedTxn, PullItem, Storage, StorageConfig, Watermark
 from tests.support.chunk_writer import final_binlog, part_binlog, part_is_intact
+from tests.support.storage_calls import pairs, run_guarded
 
 HANG_GUARD = 120.0  # seconds; a safety net against hangs, never a performance assertion
 SMALL = StorageConfig(segment_size=1 << 20)
 S, C = 100, 200  # the transaction's start_ts and commit_ts
 
 
-def run(coro: Awaitable[Any]) -> Any:
-    async def guarded() -> Any:
-        return await asyncio.wait_for(coro, HANG_GUARD)
-
-    return asyncio.run(guarded())
-
-
-def pairs(binlogs: list[Binlog]) -> list[tuple[Binlog, bytes]]:
-    return [(b, b.SerializeToString()) for b in binlogs]
+run = partial(run_guarded, guard=HANG_GUARD)
 
 
 def attempt_part(chunk: int, attempt: str, size: int = 200) -> Binlog:
