@@ -89,7 +89,10 @@ def _slot_ports(slot: int, slots: int) -> range:
     with contextlib.suppress(OSError, ValueError):
         low, high = map(int, Path(EPHEMERAL_RANGE).read_text().split())
     share = (high - low + 1) // slots
-    return range(low + slot * share, low + (slot + 1) * share)
+    start = low + slot * share
+    # even ports only, as the kernel's own bind to port 0: connect() takes its local ports
+    # from the odd ones, so an odd pick could be taken by some client before the server binds
+    return range(start + start % 2, start + share, 2)
 
 
 def _unused_port(ports: range | None) -> int | None:
