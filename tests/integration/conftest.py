@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.process import ChildProcess
-from tests.support.pump_server import PumpProcess, start_meta
+from tests.support.pump_server import PumpProcess, running_pumps, start_meta
 
 
 @pytest.fixture
@@ -22,9 +22,4 @@ def meta_addr(tmp_path: Path, children: list[ChildProcess]) -> str:
 @pytest.fixture
 def pumps(tmp_path: Path, meta_addr: str) -> Iterator[list[PumpProcess]]:
     """Two pumps, pump-0 and pump-1, registered with ``meta_addr``; SIGKILLed after the test."""
-    started = [PumpProcess(tmp_path, meta_addr, node_id=f"pump-{i}") for i in range(2)]
-    for pump in started:
-        pump.start()
-    yield started
-    for pump in started:
-        pump.kill()
+    yield from running_pumps(tmp_path, meta_addr, 2)

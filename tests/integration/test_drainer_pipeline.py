@@ -28,7 +28,7 @@ from tests.support.drainer_cluster import (
     table,
 )
 from tests.support.process import wait_until
-from tests.support.pump_server import PumpProcess
+from tests.support.pump_server import PumpProcess, running_pumps
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -37,12 +37,7 @@ T = row_pb2.ColumnType
 
 @pytest.fixture
 def pumps(tmp_path: Path, meta_addr: str) -> Iterator[list[PumpProcess]]:
-    started = [PumpProcess(tmp_path, meta_addr, node_id=f"pump-{i}") for i in range(3)]
-    for pump in started:
-        pump.start()
-    yield started
-    for pump in started:
-        pump.kill()
+    yield from running_pumps(tmp_path, meta_addr, 3)
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -163,3 +164,14 @@ async def pull_until(addr: str, cluster_id: int, until_ts: int, after: int = 0) 
 
 def rpc_error_code(exc: BaseException) -> grpc.StatusCode | None:
     return exc.code() if isinstance(exc, grpc.aio.AioRpcError) else None
+
+
+def running_pumps(workdir: Path, meta_addr: str, count: int) -> Iterator[list[PumpProcess]]:
+    """For a fixture: ``count`` pumps, pump-0 ..., registered with ``meta_addr``, started;
+    SIGKILLed once the fixture resumes (``yield from running_pumps(...)``)."""
+    started = [PumpProcess(workdir, meta_addr, node_id=f"pump-{i}") for i in range(count)]
+    for pump in started:
+        pump.start()
+    yield started
+    for pump in started:
+        pump.kill()
