@@ -21,7 +21,7 @@ cluster id.
 A save is one ``REPLACE`` statement committed on its own, so the row is the
 old one or the new one, never a mix. The database and table are created if
 missing on first use. Connection errors (server gone, lost connection,
-cannot connect, lock wait, deadlock) are retried with backoff for up to
+cannot connect, connection killed, lock wait, deadlock, a read-only server) are retried with backoff for up to
 ``retry-timeout`` seconds on a fresh connection, then raise
 :class:`~drainer.checkpoint.base.RetriableCheckpointError`. :meth:`MySQLCheckpoint.interrupt`
 (the drainer calls it on SIGTERM) ends such retries at once: the call in
@@ -77,6 +77,10 @@ RETRIABLE_CODES = frozenset(
         1053,  # server shutdown in progress
         1205,  # lock wait timeout
         1213,  # deadlock
+        1290,  # read-only server (a switchover or failover in progress)
+        1317,  # query interrupted (KILL QUERY)
+        1836,  # read-only mode
+        1927,  # connection killed
         2002,  # cannot connect through socket
         2003,  # cannot connect to server
         2006,  # server has gone away
