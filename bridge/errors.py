@@ -10,13 +10,15 @@
     │   ├── MetaUnavailable        no member answered (retriable)
     │   ├── NotLeader              this member is not the leader (retriable)
     │   └── StoreError             the backing store failed (local files, etcd)
+    ├── DatabaseError              a MySQL server refused a statement (``code``: its error number)
+    │   └── DatabaseUnavailable    unreachable, read-only, killed, busy: another try may pass (retriable)
     └── PumpError                  writing binlogs to pumps
         ├── PumpUnavailable        one pump did not answer (retriable)
         ├── PumpRejected           a pump answered with an error message
         │   └── CommitRefused      a Commit the pump will not deliver (final)
         └── NoPumpAvailable        no pump took the binlog within the timeout
 
-Third-party exceptions (grpc, aetcd, OSError) are translated into this tree at
+Third-party exceptions (grpc, aetcd, pymysql in :mod:`bridge.mysql`, OSError) are translated into this tree at
 the adapter that calls them, with ``raise ... from exc``. ``UserError``
 subclasses are the user's to fix: the CLI prints their message without a
 traceback.
@@ -71,6 +73,22 @@ class NotLeader(MetaError):
 
 class StoreError(MetaError):
     """The meta service's backing store (data dir or etcd) failed."""
+
+
+class DatabaseError(BridgeError):
+    """A MySQL-compatible server (or the connection to it) failed a statement.
+    ``code`` is the server's or client's error number, 0 when there is none."""
+
+    def __init__(self, message: str, *, code: int = 0) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class DatabaseUnavailable(DatabaseError):
+    """The server could not be reached, the connection broke or was killed, the server is
+    read-only or busy: a fresh connection and another try may pass (``bridge.mysql.RETRIABLE_CODES``)."""
+
+    retriable = True
 
 
 class PumpError(BridgeError):
