@@ -117,3 +117,12 @@ class CommitRefused(PumpRejected):
 
 class NoPumpAvailable(PumpError):
     """No pump accepted the binlog within the configured timeout."""
+
+
+def skip_hint(commit_ts: int) -> str:
+    """How an operator skips the transaction at ``commit_ts`` (ends every halting error)."""
+    return (
+        f"to skip this transaction, add {commit_ts} to [filter] ignore-txn-commit-ts "
+        f"(or the line commit-ts = [[{commit_ts}, {commit_ts}]] under [skip]) "
+        "in the drainer's config and restart it"
+    )
