@@ -33,6 +33,10 @@ class TcpProxy:
     def __exit__(self, *exc: object) -> None:
         self.unplug()
 
+    @property
+    def plugged(self) -> bool:
+        return self._listener is not None
+
     def plug(self) -> None:
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
