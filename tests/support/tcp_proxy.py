@@ -204,6 +204,10 @@ class TcpProxy:
             return False
         return any(link.inode in _socket_inodes(pid) for pid in pids)  # type: ignore[union-attr]
 
+    @property
+    def plugged(self) -> bool:
+        return self._listener is not None
+
     # ---------------------------------------------------------------- listening
 
     def plug(self) -> None:

@@ -57,6 +57,9 @@ REFUSED = frozenset(
 _UNKNOWN_TOPIC = frozenset(
     {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION}
 )
+# The broker fenced the producer's id (e.g. after messages timed out while it was unreachable):
+# this producer delivers nothing more, a new one (a new id) is started as after a fatal error.
+_FENCED = frozenset({KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH})
 _LOG_EVERY = 10.0  # seconds between repeated warnings of one kind
 
 
@@ -304,7 +307,7 @@ class ProducerLink:
         metrics.DELIVERY_ERRORS.labels(error.name()).inc()
         if error.code() in _UNKNOWN_TOPIC:
             self.topics.admin.forget(topic)  # made again before the next message to it
-        if error.fatal():
+        if error.fatal() or error.code() in _FENCED:
             self.fatal = error
         self.warn(
             f"delivery:{error.name()}",
