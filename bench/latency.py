@@ -78,6 +78,7 @@ from bench.latency_watch import (
 )
 from bench.mysql import DEFAULT_DSN, DSN_ENV, dsn_text
 from bench.pump import TsoBatcher
+from bridge import mysql
 from bridge.binlog import commit, ddl_prewrite
 from bridge.dsn import parse_dsn
 from bridge.errors import ConfigError
@@ -217,7 +218,7 @@ def prepare_downstream(run: Run) -> None:
 def clean_downstream(run: Run) -> None:
     if "mysql" in run.sinks:
         with contextlib.suppress(pymysql.err.MySQLError):
-            conn = run.dsn.connect(autocommit=True)
+            conn = mysql.connect(run.dsn, autocommit=True)
             try:
                 with conn.cursor() as cursor:
                     cursor.execute(f"DROP DATABASE IF EXISTS `{run.database}`")

@@ -125,7 +125,13 @@ class PumpConfig(NodeAddressing):
     advertise_addr: str = field(
         default="", metadata={"help": "address producers and drainers dial; default addr"}
     )
-    node_id: str = field(default="", metadata={"help": "registry id; default pump-<advertise-addr>"})
+    node_id: str = field(
+        default="",
+        metadata={
+            "help": "registry id, unique in the cluster (a second live one is refused); "
+            "default pump-<advertise-addr>"
+        },
+    )
     label: str = field(default="", metadata={"help": "registry label"})
     meta: str = field(
         default=DEFAULT_META, metadata={"help": "meta service members host:port, comma-separated"}
