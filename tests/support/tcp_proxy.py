@@ -55,17 +55,19 @@ def _reset(sock: socket.socket) -> None:
 
 
 def _socket_inode(local: tuple[str, int], remote: tuple[str, int]) -> int | None:
-    """The inode of the 127.0.0.1 socket bound to ``local`` and connected to ``remote``."""
+    """The inode of the socket bound to ``local`` and connected to ``remote`` (IPv4 addresses):
+    in /proc/net/tcp, or in tcp6 as an IPv4-mapped address (gRPC opens dual-stack sockets)."""
 
     def hexaddr(addr: tuple[str, int]) -> str:
         return f"{struct.unpack('<I', socket.inet_aton(addr[0]))[0]:08X}:{addr[1]:04X}"
 
     want = (hexaddr(local), hexaddr(remote))
-    with open("/proc/net/tcp", encoding="ascii") as table:
-        for line in table.readlines()[1:]:
-            cols = line.split()
-            if (cols[1], cols[2]) == want:
-                return int(cols[9])
+    for table_path in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table_path, encoding="ascii") as table:
+            for line in table.readlines()[1:]:
+                cols = line.split()
+                if (cols[1][-13:], cols[2][-13:]) == want:  # the last 8 hex digits hold the IPv4 address
+                    return int(cols[9])
     return None
 
 
