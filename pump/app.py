@@ -176,7 +176,12 @@ async def serve(config: PumpConfig, stop: asyncio.Event, ready: Ready = print_re
         node = _build_node(config, cluster_id, port, meta, storage)
         guard = TimestampGuard(meta.get_timestamp, config.timestamp_slack)
         service = PumpService(
-            cluster_id, node, storage, max_message_bytes=config.max_message_size, guard=guard
+            cluster_id,
+            node,
+            storage,
+            max_message_bytes=config.max_message_size,
+            guard=guard,
+            pull_interval=config.pull_interval,
         )
         add_to_server(service, server)
         await server.start()

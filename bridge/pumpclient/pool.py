@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 from bridge.proto import meta_pb2
 from bridge.pumpclient import metrics
+from bridge.pumpclient.busy import Activity
 from bridge.pumpclient.config import PumpClientConfig
 from bridge.pumpclient.node import PumpNode
 from bridge.pumpclient.selector import PumpWeight, make_selector
@@ -29,8 +30,9 @@ log = logging.getLogger(__name__)
 class PumpPool:
     """Pumps by node id, the two lists, and the selector over the available one."""
 
-    def __init__(self, config: PumpClientConfig, cluster_id: int) -> None:
+    def __init__(self, config: PumpClientConfig, cluster_id: int, activity: Activity | None = None) -> None:
         self._config = config
+        self._activity = activity
         self._cluster_id = cluster_id
         self._selector = make_selector(config.strategy)
         self._nodes: dict[str, PumpNode] = {}
@@ -61,7 +63,14 @@ class PumpPool:
                 self._retire(node)
                 node = None
             if node is None:
-                node = PumpNode(status.node_id, status.addr, self._config, self._cluster_id, self.on_failure)
+                node = PumpNode(
+                    status.node_id,
+                    status.addr,
+                    self._config,
+                    self._cluster_id,
+                    self.on_failure,
+                    self._activity,
+                )
                 self._nodes[status.node_id] = node
             node.score = status.score
             node.candidate = status.state == meta_pb2.ONLINE and status.is_alive
