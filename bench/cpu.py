@@ -173,7 +173,7 @@ Counter = Callable[[], float | None]
 
 
 class Budget:
-    """CPU of every process of a pipeline per row, and counters per second, over one window.
+    """CPU of every process of a pipeline per row, and counters, over one window.
 
     The parties: ``producer`` (this process, except the ``measuring`` threads),
     ``measuring`` (threads of this process that only watch the result: a
@@ -182,7 +182,7 @@ class Budget:
     children count with it, e.g. the drainer's worker processes), and
     ``servers`` (name -> pid, e.g. MariaDB and the broker, found by their
     listening port). ``counters`` are read at both ends of the window
-    (e.g. calls made, fsyncs done) and reported per second.
+    (e.g. calls made, fsyncs done) and reported per second and per 1,000 rows.
     """
 
     BRIDGE_ROLES = ("producer", "pump", "meta", "drainer")
@@ -228,9 +228,9 @@ class Budget:
             ]
             known = [r for r in readings if r is not None]
             now[name] = sum(known) if members and len(known) == len(readings) else None
-        measured = now.get("measuring")
-        if now.get("producer") is not None and measured is not None:
-            now["producer"] = now["producer"] - measured  # type: ignore[operator]
+        producer, measured = now.get("producer"), now.get("measuring")
+        if producer is not None and measured is not None:
+            now["producer"] = producer - measured
         return now
 
     def _count(self) -> dict[str, float | None]:
@@ -249,31 +249,31 @@ class Budget:
 
     def stop(self, rows: int) -> dict[str, object]:
         """The window's report: seconds, rows, CPU µs per row and % of one core per party, the
-        bridge's own processes summed, and each counter per second."""
+        bridge's own processes summed, and each counter per second and per 1,000 rows."""
         seconds = time.monotonic() - self._started
-        ended, counted = self._cpu(), self._count()
-        spent = {
-            name: None if began is None or ended.get(name) is None else ended[name] - began  # type: ignore[operator]
-            for name, began in self._began.items()
-        }
-        per_row = {name: None if s is None else round(s * 1e6 / max(rows, 1), 1) for name, s in spent.items()}
+        spent = _deltas(self._began, self._cpu())
+        counts = _deltas(self._counted, self._count())
+        rows = max(rows, 1)
+        per_row = {name: None if s is None else round(s * 1e6 / rows, 1) for name, s in spent.items()}
         bridge = [v for name, v in per_row.items() if name.split("-")[0] in self.BRIDGE_ROLES]
-        rates = {
-            name: None
-            if before is None or counted.get(name) is None
-            else round((counted[name] - before) / seconds, 1)  # type: ignore[operator]
-            for name, before in self._counted.items()
-        }
+        known = [v for v in bridge if v is not None]
         return {
             "seconds": round(seconds, 2),
             "rows": rows,
             "cpu_us_per_row": per_row,
             "cpu_pct_core": {n: None if s is None else round(100 * s / seconds, 1) for n, s in spent.items()},
-            "bridge_us_per_row": None
-            if None in bridge
-            else round(sum(v for v in bridge if v is not None), 1),
-            "per_second": rates,
+            "bridge_us_per_row": round(sum(known), 1) if len(known) == len(bridge) else None,
+            "per_second": {n: None if c is None else round(c / seconds, 1) for n, c in counts.items()},
+            "per_1000_rows": {n: None if c is None else round(c * 1000 / rows, 1) for n, c in counts.items()},
         }
+
+
+def _deltas(began: Mapping[str, float | None], ended: Mapping[str, float | None]) -> dict[str, float | None]:
+    deltas: dict[str, float | None] = {}
+    for name, first in began.items():
+        last = ended.get(name)
+        deltas[name] = None if first is None or last is None else last - first
+    return deltas
 
 
 def _comm(pid: int, tid: int) -> str:

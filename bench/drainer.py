@@ -70,6 +70,7 @@ meta = "{meta}"
 data-dir = "{data_dir}"
 status-addr = "127.0.0.1:0"
 fake-binlog-interval = "100ms"
+pull-interval = "{pull_interval}s"
 stop-write-at-available-space = 0
 [storage]
 sync = false
@@ -196,6 +197,7 @@ async def start_cluster(
     tmp: Path,
     say: Callable[[str], None] | None = None,
     statuses: list[str] | None = None,
+    pull_interval: float = 0.01,
 ) -> tuple[str, list[str]]:
     """Meta and three pumps; their addresses (reported through ``say``, default this bench's progress).
     The pumps' HTTP status addresses (``/metrics``) are appended to ``statuses`` when given."""
@@ -206,7 +208,9 @@ async def start_cluster(
     pumps = []
     for n in range(1, PUMPS + 1):
         config = tmp / f"pump-{n}.toml"
-        config.write_text(PUMP_TOML.format(n=n, meta=meta_addr, data_dir=tmp / f"pump-{n}"))
+        config.write_text(
+            PUMP_TOML.format(n=n, meta=meta_addr, data_dir=tmp / f"pump-{n}", pull_interval=pull_interval)
+        )
         pump = await stack.enter_async_context(spawn(["pump", "--config", str(config)], PUMP_READY, "pump"))
         pumps.append(pump.match.group(1))
         if statuses is not None:

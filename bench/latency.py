@@ -56,6 +56,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 from prometheus_client import REGISTRY
 
+from bench import latency_sweep
 from bench.cpu import Budget, listener_pid, scrape
 from bench.drainer import (
     DRAINER_READY,
@@ -89,6 +90,7 @@ from bridge.rowcodec import RowCodec
 DEFAULT_BOOTSTRAP = os.environ.get("BRIDGE_TEST_KAFKA_BOOTSTRAP", "127.0.0.1:19092")
 SINKS = ("mysql", "kafka")
 GOAL_P99_MS = 1000.0
+IDLE_SECONDS = 2.0
 MYSQL_SINK = """\
 [sink.mysql]
 dsn = "{dsn}"
@@ -106,7 +108,9 @@ partitions = {partitions}
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rate", type=float, default=10_000, help="offered rows/s (default 10000)")
-    parser.add_argument("--duration", type=float, default=20.0, help="seconds of load (default 20)")
+    parser.add_argument(
+        "--duration", type=float, default=None, help="seconds of load (default 20; 10 per --sweep run)"
+    )
     parser.add_argument("--rows-per-txn", type=int, default=10, help="rows per transaction (default 10)")
     parser.add_argument("--sinks", default="mysql,kafka", help="comma-separated: mysql, kafka (default both)")
     parser.add_argument(
@@ -126,8 +130,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--bootstrap-servers", default=DEFAULT_BOOTSTRAP, help=f"default {DEFAULT_BOOTSTRAP}")
     parser.add_argument(
+        "--batch-linger", type=float, default=0.005, help="the SDK's batch-linger, s (default 0.005; 0 = off)"
+    )
+    parser.add_argument(
+        "--pull-interval",
+        type=float,
+        default=0.01,
+        help="the pumps' pull-interval, s (default 0.01; 0 = off)",
+    )
+    parser.add_argument(
         "--timeout", type=float, default=120.0, help="wait for the last rows after the load (default 120 s)"
     )
+    latency_sweep.add_arguments(parser)
 
 
 def progress(message: str) -> None:
@@ -306,7 +320,7 @@ async def measure(run: Run) -> dict[str, Any]:
         tmp = Path(name)
         async with contextlib.AsyncExitStack() as stack:
             pump_statuses: list[str] = []
-            meta_addr, _ = await start_cluster(stack, tmp, progress, pump_statuses)
+            meta_addr, _ = await start_cluster(stack, tmp, progress, pump_statuses, args.pull_interval)
             config = tmp / "drainer.toml"
             config.write_text(
                 drainer_toml(meta_addr, tmp / "drainer", sink_toml(run), f"{args.flush_interval:g}s")
@@ -314,7 +328,9 @@ async def measure(run: Run) -> dict[str, Any]:
             drainer = await stack.enter_async_context(
                 spawn(["drainer", "--config", str(config)], DRAINER_READY, "drainer")
             )
-            client_config = PumpClientConfig(strategy="range", rpc_timeout=30, write_timeout=120)
+            client_config = PumpClientConfig(
+                strategy="range", rpc_timeout=30, write_timeout=120, batch_linger=args.batch_linger
+            )
             client = await stack.enter_async_context(AsyncPumpsClient(meta_addr, client_config))
             await wait_checkpoint(drainer, await create_table(client, schema), args.timeout)
             progress(f"the CREATE TABLE reached {', '.join(run.sinks)}; offering {args.rate:,.0f} rows/s")
@@ -329,6 +345,9 @@ async def measure(run: Run) -> dict[str, Any]:
             faults: dict[str, int] = {}
             budget = make_budget(run, watchers, pump_statuses, drainer.match.group(1))
             try:
+                budget.start()  # first 2 s without load: what each process spends idle
+                await asyncio.sleep(IDLE_SECONDS)
+                idle = budget.stop(1)["cpu_pct_core"]
                 budget.start()
                 txns, took = await offer_load(client, schema, args)
                 rows = sum(t.rows for t in txns)
@@ -339,7 +358,7 @@ async def measure(run: Run) -> dict[str, Any]:
                     [*watchers],
                     args.timeout,
                 )
-                spent = budget.stop(rows)
+                spent = {**budget.stop(rows), "idle_pct_core": idle}
                 drainer.check_alive("binlog-bridge drainer")
                 if "mysql" in run.sinks:
                     faults = await asyncio.to_thread(mysql_sink_faults, drainer.match.group(1))
@@ -370,6 +389,8 @@ def parse(args: argparse.Namespace) -> Run:
         ("--poll-interval", args.poll_interval > 0),
         ("--in-flight", args.in_flight >= 1),
         ("--timeout", args.timeout > 0),
+        ("--batch-linger", 0 <= args.batch_linger <= 1),
+        ("--pull-interval", 0 <= args.pull_interval <= 1),
     )
     bad = [flag for flag, ok in checks if not ok]
     if bad:
@@ -385,6 +406,10 @@ def parse(args: argparse.Namespace) -> Run:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    if args.duration is None:
+        args.duration = 10.0 if args.sweep else 20.0
+    if args.sweep:
+        return latency_sweep.sweep(args, run)
     setup = parse(args)
     load_before = [round(x, 2) for x in os.getloadavg()]
     try:
@@ -411,6 +436,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "flush_interval": args.flush_interval,
             "worker_count": args.worker_count,
             "poll_interval": args.poll_interval,
+            "batch_linger": args.batch_linger,
+            "pull_interval": args.pull_interval,
             "pumps": PUMPS,
             "kafka_partitions": PARTITIONS,
         },

@@ -109,6 +109,11 @@ class PumpNode:
         self._tasks: set[asyncio.Task[None]] = set()
 
     @property
+    def gathering(self) -> bool:
+        """A batch is waiting ``batch-linger`` for more binlogs before it leaves."""
+        return self._lingering and bool(self._queue)
+
+    @property
     def label(self) -> str:
         return f"{self.node_id} ({self.addr})"
 

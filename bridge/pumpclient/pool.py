@@ -33,6 +33,7 @@ class PumpPool:
     def __init__(self, config: PumpClientConfig, cluster_id: int, activity: Activity | None = None) -> None:
         self._config = config
         self._activity = activity
+        self._gather = config.strategy == "range" and config.batch_linger > 0
         self._cluster_id = cluster_id
         self._selector = make_selector(config.strategy)
         self._nodes: dict[str, PumpNode] = {}
@@ -48,8 +49,19 @@ class PumpPool:
         return list(self._nodes.values())
 
     def prewrite_candidates(self, start_ts: int) -> list[PumpNode]:
-        """Available pumps in the selector's order, then the unavailable ones as a last resort."""
+        """Available pumps in the selector's order, then the unavailable ones as a last resort.
+
+        With the ``range`` strategy, an available pump whose batch is gathering binlogs
+        (``batch-linger``, while the client is busy) comes first: the binlogs of that moment
+        leave in one call instead of one call per pump, and the round robin moves on
+        with the next batch."""
         ordered = [self._nodes[node_id] for node_id in self._selector.preference(start_ts)]
+        if self._gather:
+            for position, node in enumerate(ordered):
+                if node.gathering:
+                    if position:
+                        ordered.insert(0, ordered.pop(position))
+                    break
         return ordered + list(self.unavailable)
 
     def apply_registry(self, statuses: Sequence[meta_pb2.NodeStatus]) -> None:
