@@ -152,6 +152,14 @@ class PumpConfig(NodeAddressing):
         default=0.2,
         metadata={"duration": True, "help": "period of fake binlogs (watermarks) on an idle pump"},
     )
+    pull_interval: float = field(
+        default=0.01,
+        metadata={
+            "duration": True,
+            "help": "a pull stream reads and sends new binlogs at most this often: one that comes "
+            "sooner after the last read waits for the rest (an idle stream sends at once); 0 = every change",
+        },
+    )
     gc: float = field(
         default=7 * 86400.0,
         metadata={
@@ -234,6 +242,7 @@ class PumpConfig(NodeAddressing):
             "max-txn-timeout": (self.max_txn_timeout, 0.05, 7 * 86400.0),
             "fake-binlog-interval": (self.fake_binlog_interval, 0.01, 60.0),
             "timestamp-slack": (self.timestamp_slack, 0.0, 3600.0),
+            "pull-interval": (self.pull_interval, 0.0, 1.0),
         }
         for key, (value, low, high) in ranges.items():
             if not low <= value <= high:
