@@ -173,6 +173,7 @@ class KafkaSink(Sink):
 
     def write(self, events: Sequence[Event]) -> None:
         link = self.link
+        produced = link.produced
         if link.fatal is not None:
             # Nothing the old producer holds will be delivered: the position stops where it is, so
             # the next flush fails and the drainer writes every unflushed event again, through the
@@ -190,7 +191,7 @@ class KafkaSink(Sink):
                 self._write_ddl(event)
             elif isinstance(event, ResolvedEvent):
                 self._tracker.close(self._tracker.begin(event.commit_ts))
-        link.serve(link.producer.poll, 0)
+        link.sent(link.produced - produced)
         self.watermarks.publish(force=False)
         metrics.QUEUE_MESSAGES.set(len(link.producer))
 
@@ -244,7 +245,11 @@ class KafkaSink(Sink):
             return
         self.link.close()
         self._admin.close()
-        log.info("kafka sink closed; acknowledged messages: %s", dict(self.link.delivered))
+        log.info(
+            "kafka sink closed; acknowledged messages: %s; writes sent without lingering: %d",
+            dict(self.link.delivered),
+            self.link.sent_at_once,
+        )
 
     # -- transactions -------------------------------------------------------
 
