@@ -250,7 +250,7 @@ def _local(name: str) -> float | None:
 
 def mysql_status(run: Run, *names: str) -> float:
     """The sum of global status counters of the downstream server (every client's, not only ours)."""
-    conn = run.dsn.connect(autocommit=True)
+    conn = mysql.connect(run.dsn, autocommit=True)
     try:
         with conn.cursor() as cursor:
             cursor.execute(
