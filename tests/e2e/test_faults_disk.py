@@ -156,7 +156,7 @@ def test_a_full_disk_refuses_writes_and_recovers_when_space_returns(tmp_path: Pa
         last = producer.written[-1].commit_ts
         drainer.wait_checkpoint(last)
         assert strip_ddl_details(delivered(drainer.records())) == expected_records(producer.written)
-        assert pump.child.proc.poll() is None  # it never crashed  # type: ignore[union-attr]
+        assert pump.child is not None and pump.child.proc.poll() is None  # it never crashed
     finally:
         producer.close()
         drainer.kill()
