@@ -285,4 +285,3 @@ class MySQLCheckpoint:
         if conn is not None:
             with contextlib.suppress(pymysql.err.Error):  # already closed by the server or network
                 conn.close()
-

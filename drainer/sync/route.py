@@ -52,6 +52,8 @@ from bridge.tablepatterns import PLACEHOLDER, TablePatterns, TablePatternsConfig
 log = logging.getLogger(__name__)
 
 SchemaChange = row_pb2.SchemaChange
+
+
 def _check_target(template: str, key: str) -> None:
     if not template:
         raise ConfigError(f"{key}: must not be empty")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pymysql
 import pytest
@@ -92,7 +92,8 @@ def read_only_window(cluster: Cluster, server: MariaDBInstance) -> None:
 def test_read_only_downstream_while_the_upstream_is_idle(pipeline: Pipeline, drainer_login: str) -> None:  # noqa: F811
     """Only the checkpoint writes (fake binlogs move the resolved ts on): its saves are refused.
     The checkpoint retries for 5 s, less than the window: then the drainer tries it again later."""
-    cluster = pipeline.start(dsn=drainer_login, checkpoint_options={"retry-timeout": "5s"})
+    pipeline.login, pipeline.checkpoint_options = drainer_login, {"retry-timeout": "5s"}
+    cluster = pipeline.start()
     run_load(pipeline, seconds=5)
     cluster.wait_caught_up(cluster.timestamp(), timeout=180)
     read_only_window(cluster, pipeline.downstream)
@@ -115,10 +116,15 @@ def read_only_during_load(server: MariaDBInstance) -> Fault:
 
 
 def test_read_only_downstream_under_load(pipeline: Pipeline, drainer_login: str) -> None:  # noqa: F811
-    cluster = pipeline.start(dsn=drainer_login)
+    pipeline.login = drainer_login
+    cluster = pipeline.start()
     run_load(pipeline, seconds=150, fault=read_only_during_load(pipeline.downstream))
     assert_replicated(pipeline)
     assert cluster.members["drainer"].process.starts == 1
+
+
+def checkpoint_past(cluster: Cluster, ts: int) -> Callable[[], bool]:
+    return lambda: checkpoint_ts(cluster) > ts
 
 
 def kill_drainer_connections(server: MariaDBInstance, user: str) -> Fault:
@@ -135,14 +141,15 @@ def kill_drainer_connections(server: MariaDBInstance, user: str) -> Fault:
             for (connection_id,) in rows:
                 with contextlib.suppress(pymysql.err.OperationalError):  # it went away meanwhile
                     on_downstream(server, f"{how} {int(str(connection_id))}")
-            wait_for(lambda s=seen: checkpoint_ts(cluster) > s, "checkpoint progress after the kill", cluster)
+            wait_for(checkpoint_past(cluster, seen), "checkpoint progress after the kill", cluster)
             assert load.running, "the load ended before the kills did; give it more --seconds"
 
     return fault
 
 
 def test_drainer_connections_killed_under_load(pipeline: Pipeline, drainer_login: str) -> None:  # noqa: F811
-    cluster = pipeline.start(dsn=drainer_login)
+    pipeline.login = drainer_login
+    cluster = pipeline.start()
     user = drainer_login.split("://", 1)[1].split(":", 1)[0]
     run_load(pipeline, seconds=150, fault=kill_drainer_connections(pipeline.downstream, user))
     output = drainer_output(cluster)

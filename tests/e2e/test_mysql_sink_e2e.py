@@ -84,6 +84,8 @@ class Pipeline:
         self.downstream = downstream
         self.workdir = workdir
         self.cluster: Cluster | None = None
+        self.login = ""  # how the sink and the checkpoint log in downstream ("": as root)
+        self.checkpoint_options: dict[str, Any] = {}
 
     @property
     def upstream(self) -> str:
@@ -98,13 +100,12 @@ class Pipeline:
         """The downstream database the sink writes the upstream's tables into (same name)."""
         return f"{self.downstream.dsn}{self.database}"
 
-    def start(self, dsn: str = "", checkpoint_options: dict[str, Any] | None = None, **sink: Any) -> Cluster:
-        """``dsn``: how the sink and the checkpoint log in to the downstream (default: as root)."""
+    def start(self, **sink: Any) -> Cluster:
         # the sink's progress table and the checkpoint in a database of this test's own
         own = f"ckpt_{self.database}"
-        login = dsn or self.downstream.dsn
+        login = self.login or self.downstream.dsn
         mysql_sink = {"dsn": login, "progress-schema": own, **SINK_SETTINGS, **sink}
-        checkpoint = {"type": "mysql", "dsn": login, "schema": own, **(checkpoint_options or {})}
+        checkpoint = {"type": "mysql", "dsn": login, "schema": own, **self.checkpoint_options}
         spec = ClusterSpec(
             self.workdir / "cluster",
             pumps=3,

@@ -85,7 +85,7 @@ def test_every_project_command_parses_with_the_projects_parsers(compose: Compose
 def test_spark_class_commands_name_classes_in_pysparks_jars(compose: ComposeFile) -> None:
     import pyspark
 
-    classes = set()
+    classes: set[str] = set()
     for jar in (Path(pyspark.__file__).parent / "jars").glob("spark-core_*.jar"):
         with zipfile.ZipFile(jar) as archive:
             classes.update(n[:-6].replace("/", ".") for n in archive.namelist() if n.endswith(".class"))

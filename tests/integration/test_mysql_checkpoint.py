@@ -135,7 +135,7 @@ def test_server_gone_mid_session_reconnects(server_dsn: str, schema: str, tmp_pa
         checkpoint.save(CheckpointState(1))
         conn = checkpoint._conn
         assert conn is not None
-        query(server_dsn, f"KILL {conn.thread_id()}")  # type: ignore[no-untyped-call]  # the server drops the drainer's connection
+        query(server_dsn, f"KILL {conn.thread_id()}")  # the server drops the drainer's connection
         checkpoint.save(CheckpointState(2))
         assert checkpoint.load() == CheckpointState(2)
     finally:

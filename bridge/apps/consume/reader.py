@@ -33,7 +33,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, KafkaException, Message
@@ -444,7 +444,3 @@ class ChangeReader:
             return None
         _, record = self._decoder.decode(key)
         return dict(record) if isinstance(record, dict) else {"key": record}
-
-
-def topic_partitions(items: Iterable[Item]) -> set[tuple[str, int]]:
-    return {(i.where.topic, i.where.partition) for i in items}
