@@ -34,6 +34,7 @@ class PumpPool:
         self._config = config
         self._activity = activity
         self._gather = config.strategy == "range" and config.batch_linger > 0
+        self._target: PumpNode | None = None  # the pump the round robin picked for the batch gathering
         self._cluster_id = cluster_id
         self._selector = make_selector(config.strategy)
         self._nodes: dict[str, PumpNode] = {}
@@ -51,17 +52,20 @@ class PumpPool:
     def prewrite_candidates(self, start_ts: int) -> list[PumpNode]:
         """Available pumps in the selector's order, then the unavailable ones as a last resort.
 
-        With the ``range`` strategy, an available pump whose batch is gathering binlogs
-        (``batch-linger``, while the client is busy) comes first: the binlogs of that moment
-        leave in one call instead of one call per pump, and the round robin moves on
-        with the next batch."""
+        With the ``range`` strategy, while the pump the round robin picked for the last
+        Prewrite is still gathering its batch (``batch-linger``, while the client is busy),
+        it comes first: the Prewrites of that moment leave in one call instead of one call
+        per pump, and the round robin moves on with the next batch. (Only a pump the
+        round robin picked attracts Prewrites, not one gathering Commits: the pumps
+        stay balanced.)"""
         ordered = [self._nodes[node_id] for node_id in self._selector.preference(start_ts)]
         if self._gather:
-            for position, node in enumerate(ordered):
-                if node.gathering:
-                    if position:
-                        ordered.insert(0, ordered.pop(position))
-                    break
+            target = self._target
+            if target is not None and target.gathering and target in ordered:
+                ordered.remove(target)  # the Prewrites of this moment follow the first one
+                ordered.insert(0, target)
+            elif ordered:
+                self._target = ordered[0]  # the round robin's pick starts the next batch
         return ordered + list(self.unavailable)
 
     def apply_registry(self, statuses: Sequence[meta_pb2.NodeStatus]) -> None:
