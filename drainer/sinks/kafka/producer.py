@@ -133,6 +133,7 @@ class ProducerLink:
         self._retries_seen = 0
         self._counted: dict[tuple[str, str], Any] = {}
         self._bytes: dict[str, Any] = {}
+        self._tally: dict[tuple[str, str], list[int]] = {}  # acknowledged messages, bytes: see count
 
     # -- the producer ----------------------------------------------------------
 
@@ -302,6 +303,7 @@ class ProducerLink:
             pending, self._pending = self._pending, []
             for handler, args in pending:
                 handler(*args)
+        self._add_counts()
 
     def serve(self, call: Callable[[float], int], timeout: float) -> int:
         """``producer.poll``/``flush``: a fatal producer error (raised from there) is recorded, so that
@@ -360,16 +362,30 @@ class ProducerLink:
         )
 
     def count(self, topic: str, kind: str, size: int, ts: int, message: Message) -> None:
-        """An acknowledged message: metrics, ``delivered``, and ``on_acknowledged(kind, ts, message)``."""
-        counter = self._counted.get((topic, kind))
-        if counter is None:
-            counter = self._counted[(topic, kind)] = metrics.MESSAGES.labels(topic, kind)
-            self._bytes[topic] = metrics.BYTES.labels(topic)
-        counter.inc()
-        self._bytes[topic].inc(size)
+        """An acknowledged message: metrics (added up, see :meth:`_add_counts`), ``delivered``, and
+        ``on_acknowledged(kind, ts, message)``."""
+        tally = self._tally.get((topic, kind))
+        if tally is None:
+            tally = self._tally[(topic, kind)] = [0, 0]
+        tally[0] += 1
+        tally[1] += size
         self.delivered[kind] += 1
         if self.on_acknowledged is not None:
             self.on_acknowledged(kind, ts, message)
+
+    def _add_counts(self) -> None:
+        """The messages and bytes :meth:`count` added up, into their metrics: once per poll, not per
+        message (two locked increments a message were a share of every row)."""
+        for (topic, kind), tally in self._tally.items():
+            if not tally[0]:
+                continue
+            counter = self._counted.get((topic, kind))
+            if counter is None:
+                counter = self._counted[(topic, kind)] = metrics.MESSAGES.labels(topic, kind)
+                self._bytes[topic] = metrics.BYTES.labels(topic)
+            counter.inc(tally[0])
+            self._bytes[topic].inc(tally[1])
+            tally[0] = tally[1] = 0
 
     def on_error(self, error: KafkaError) -> None:
         """librdkafka's error callback (queued by :meth:`later`)."""
