@@ -104,6 +104,17 @@ SECTIONS: list[tuple[str, str, str, str]] = [
         "Guide: [capture.md](capture.md). Example: [examples/capture.toml](examples/capture.toml).",
     ),
     (
+        "MySQL connections",
+        "bridge.mysql:MySQLTimeouts",
+        "the `?connect_timeout=`, `?read_timeout=` and `?write_timeout=` parameters (seconds) of any "
+        "`mysql://` DSN",
+        "The bounded waits of every MySQL client of the product: the mysql sink, checkpoint and relay, "
+        "the pump's resolver, the producers, `capture`, `diff` and `consume --apply`. These are the "
+        "defaults of a client that sets none of its own (the mysql sink's and checkpoint's keys above, "
+        "the resolver's `timeout`); a DSN parameter overrides both. A read timeout turns a downstream "
+        "that stops answering (a half-open link) into a retried error instead of a hang.",
+    ),
+    (
         "Pump client (producers)",
         "bridge.pumpclient.config:PumpClientConfig",
         "a `[pump-client]` table in a producer's TOML, or `PumpClientConfig(...)` in code",

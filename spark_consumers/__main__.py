@@ -72,7 +72,9 @@ def run_bench(options: list[str]) -> int:
     """``bench spark`` without the binlog-bridge front door: the same JSON last line."""
     import json
 
-    from bench import spark as bench_spark
+    from bridge.cli.bench import load_benchmark
+
+    bench_spark = load_benchmark("spark")  # registered by bench/ (pyproject entry points)
 
     bench_parser = argparse.ArgumentParser(
         prog="python -m spark_consumers bench", description=bench_spark.__doc__

@@ -7,17 +7,16 @@ User errors (:class:`bridge.errors.UserError`) print one line, no traceback.
 The global flags (``--log-level``) are accepted before the sub-command and
 after it, at any depth (``binlog-bridge ctl nodes --log-level debug``).
 
-The kernel's own commands are modules here (:data:`SUBCOMMANDS`). The
-commands of the layers above it (``pump``, ``drainer``, ``replay``) are
-registered in the entry-point group ``binlog_bridge.commands`` of
-pyproject.toml (``pump = "pump.cli:add_parser"``), so ``bridge`` never
-imports them.
+Every command, the kernel's own (``meta``, ``ctl``...) and those of the layers above it
+(``pump``, ``drainer``, ``replay``), is registered in the entry-point group
+``binlog_bridge.commands`` of pyproject.toml (``pump = "pump.cli:add_parser"``), the one way
+plug-ins (sinks, checkpoints, commands, benchmarks) are registered; each is imported when the
+parser is built, and ``bridge`` never names the layers above it.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 from collections.abc import Sequence
 from importlib.metadata import entry_points
@@ -29,19 +28,6 @@ from bridge.startup import LOG_LEVELS, configure_logging
 
 COMMANDS_GROUP = "binlog_bridge.commands"  # entry points: name = "module:add_parser"
 
-# Sub-command name -> module under bridge.cli. Imported lazily so that
-# `binlog-bridge ctl` does not pay for what `binlog-bridge meta` needs.
-SUBCOMMANDS: dict[str, str] = {
-    "meta": "bridge.cli.meta",
-    "ctl": "bridge.cli.ctl",
-    "bench": "bridge.cli.bench",
-    "load": "bridge.cli.load",
-    "diff": "bridge.cli.diff",
-    "demo": "bridge.cli.demo",
-    "consume": "bridge.cli.consume",
-    "capture": "bridge.cli.capture",
-}
-
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -51,8 +37,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"binlog-bridge {__version__}")
     parser.add_argument("--log-level", default="info", choices=LOG_LEVELS, help="default: info")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module_name in SUBCOMMANDS.values():
-        importlib.import_module(module_name).add_parser(sub)
     for entry in sorted(entry_points(group=COMMANDS_GROUP), key=lambda e: e.name):
         entry.load()(sub)
     _accept_global_flags(parser)

@@ -20,7 +20,15 @@ from typing import Any, TypeVar, cast
 
 import grpc
 
-from bridge.errors import BridgeError, ClusterMismatch, MetaError, MetaUnavailable, NotLeader, ProtocolError
+from bridge.errors import (
+    BridgeError,
+    ClusterMismatch,
+    MetaError,
+    MetaUnavailable,
+    NodeIdTaken,
+    NotLeader,
+    ProtocolError,
+)
 from bridge.grpcutil import SecurityConfig, aio_channel
 from bridge.proto import meta_pb2, meta_pb2_grpc
 from bridge.retry import Backoff
@@ -64,6 +72,8 @@ def translate(exc: grpc.aio.AioRpcError, addr: str) -> BridgeError:
         return NotLeader(f"{addr} is not the meta leader", leader_addr=hint)
     if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED):
         return MetaUnavailable(f"{addr}: {details}")
+    if code == grpc.StatusCode.ALREADY_EXISTS:
+        return NodeIdTaken(details)
     if code == grpc.StatusCode.FAILED_PRECONDITION:
         return ClusterMismatch(details)
     if code == grpc.StatusCode.INVALID_ARGUMENT:

@@ -19,22 +19,30 @@ does not place elsewhere. Modules are imported only when named, so a sink's
 optional dependencies are needed only by drainers that use it.
 
 With several types the drainer drives a :class:`FanOutSink`: every event goes
-to every sink and the durable position is the lowest any of them reports.
+to every sink and the durable position is the lowest any of them reports. A
+transaction's rows are decoded once for all of them (:class:`DecodedOnce`),
+unless it is too large to hold decoded.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, Protocol, cast
 
 from bridge.errors import BridgeError, ConfigError
 from bridge.sink.contract import Sink, SinkContext
-from bridge.sink.events import Event
+from bridge.sink.events import Event, RowChange, TxnEvent
 
 GROUP = "binlog_bridge.sinks"
+# A write's transactions are decoded once for every sink up to these many rows (one transaction,
+# all of a write): beyond, each sink decodes on its own (the contract: a large transaction is
+# never held decoded).
+SHARED_TXN_ROWS = 4096
+SHARED_WRITE_ROWS = 65536
 
 
 class SinkClass(Protocol):
@@ -98,8 +106,22 @@ class FanOutSink(Sink):
                 self._opened.append(sink)
 
     def write(self, events: Sequence[Event]) -> None:
-        for sink in self.sinks:
-            sink.write(events)
+        shared: list[DecodedOnce] = []
+        budget = SHARED_WRITE_ROWS
+        fanned: list[Event] = []
+        for event in events:
+            if isinstance(event, TxnEvent) and event.row_count <= min(budget, SHARED_TXN_ROWS):
+                budget -= event.row_count
+                once = DecodedOnce(event.decode)
+                shared.append(once)
+                event = dataclasses.replace(event, decode=once)
+            fanned.append(event)
+        try:
+            for sink in self.sinks:
+                sink.write(fanned)
+        finally:
+            for once in shared:
+                once.release()
 
     def flush(self) -> int:
         return min(sink.flush() for sink in self.sinks)
@@ -114,3 +136,24 @@ class FanOutSink(Sink):
                 failure = failure or exc
         if failure is not None:
             raise failure
+
+
+class DecodedOnce:
+    """A transaction's decode, run once and its rows kept until :meth:`release`: what the sinks of
+    a :class:`FanOutSink` share. A decode that fails is run again by the next caller (and fails
+    the same way)."""
+
+    __slots__ = ("_decode", "_rows")
+
+    def __init__(self, decode: Callable[[], Iterator[RowChange]]) -> None:
+        self._decode = decode
+        self._rows: list[RowChange] | None = None
+
+    def __call__(self) -> Iterator[RowChange]:
+        rows = self._rows
+        if rows is None:
+            rows = self._rows = list(self._decode())
+        return iter(rows)
+
+    def release(self) -> None:
+        self._rows = None

@@ -40,14 +40,14 @@ from prometheus_client import Counter
 
 from bridge.binlog import MutationType, iter_changes, parse_binlog, read_schema_change
 from bridge.chunks import SpilledParts
-from bridge.errors import ProtocolError, UserError
+from bridge.errors import ProtocolError, UserError, skip_hint
 from bridge.proto import binlog_pb2
 from bridge.rowcodec import RowCodec
 from bridge.sink.events import ChangeKind, DDLEvent, Event, RawChange, RowChange, TxnEvent
-from bridge.sink.schema import SchemaTracker, SchemaTrackError
+from bridge.sink.schema import SchemaTracker, SchemaTrackError, TrackedTable
 from drainer import metrics
 from drainer.collect.merger import PulledTxn
-from drainer.sync.filter import TableFilter, skip_hint
+from drainer.sync.filter import TableFilter
 from drainer.sync.skip import NO_SKIP, SkipRules
 
 log = logging.getLogger(__name__)
@@ -222,6 +222,7 @@ class EventBuilder:
         self._on_skip = on_skip
         self._unknown_skipped: set[int] = set()  # table ids whose skip was logged
         self._row_counters: dict[tuple[str, str], Counter] = {}
+        self._decided: dict[int, tuple[TrackedTable, bool]] = {}  # see _replicated
 
     def build(self, txn: PulledTxn) -> Built:
         rule = (
@@ -325,13 +326,24 @@ class EventBuilder:
                     "(start the drainer from a checkpoint or initial-commit-ts before the table's CREATE, "
                     "or skip every such row with the line unknown-table-ids = true under [skip])",
                 )
-            if not self._filter.allows(tracked.schema.db, tracked.schema.table):
-                continue
-            if self._skip.skips_table(tracked.schema.db, tracked.schema.table):
+            if not self._replicated(mutation.table_id, tracked):
                 continue
             codecs[mutation.table_id] = tracked.codec
             rows += self._count_rows(tracked.name, mutation)
         return rows
+
+    def _replicated(self, table_id: int, tracked: TrackedTable) -> bool:
+        """Whether the filter and the skip rules let ``tracked``'s rows through (kept per table
+        until a DDL replaces its tracked entry: asked for every mutation)."""
+        known = self._decided.get(table_id)
+        if known is not None and known[0] is tracked:
+            return known[1]
+        db, table = tracked.schema.db, tracked.schema.table
+        replicated = self._filter.allows(db, table) and not self._skip.skips_table(db, table)
+        if len(self._decided) >= 100_000:
+            self._decided.clear()
+        self._decided[table_id] = (tracked, replicated)
+        return replicated
 
     def _skip_unknown(self, commit_ts: int, table_id: int) -> None:
         _EVENTS_IGNORED.inc()

@@ -85,6 +85,8 @@ class SkipRules:
         return any(first <= commit_ts <= last for first, last in self.ranges)
 
     def skips_table(self, db: str, table: str) -> bool:
+        if not self.tables:
+            return False
         qualified = f"{db}.{table}"
         return any(p.matches(qualified) for p in self.tables)
 

@@ -98,11 +98,13 @@ class Pipeline:
         """The downstream database the sink writes the upstream's tables into (same name)."""
         return f"{self.downstream.dsn}{self.database}"
 
-    def start(self, **sink: Any) -> Cluster:
+    def start(self, dsn: str = "", checkpoint_options: dict[str, Any] | None = None, **sink: Any) -> Cluster:
+        """``dsn``: how the sink and the checkpoint log in to the downstream (default: as root)."""
         # the sink's progress table and the checkpoint in a database of this test's own
         own = f"ckpt_{self.database}"
-        mysql_sink = {"dsn": self.downstream.dsn, "progress-schema": own, **SINK_SETTINGS, **sink}
-        checkpoint = {"type": "mysql", "dsn": self.downstream.dsn, "schema": own}
+        login = dsn or self.downstream.dsn
+        mysql_sink = {"dsn": login, "progress-schema": own, **SINK_SETTINGS, **sink}
+        checkpoint = {"type": "mysql", "dsn": login, "schema": own, **(checkpoint_options or {})}
         spec = ClusterSpec(
             self.workdir / "cluster",
             pumps=3,

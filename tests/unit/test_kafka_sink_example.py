@@ -29,7 +29,7 @@ def test_the_example_loads_and_builds_the_kafka_sink(tmp_path: Path) -> None:
     checked = build(KafkaSinkConfig, plain, prefix="sink.kafka.")
     assert checked.bootstrap_servers == "127.0.0.1:9092"
     assert (checked.partitions, checked.partition_by, checked.oversize) == (3, "key", "fail")
-    assert (checked.linger, checked.delivery_timeout) == (0.005, 120.0)
+    assert (checked.linger, checked.delivery_timeout) == (0.05, 120.0)
 
     sink = build_sink(config.sink.types, config.sink.tables, tmp_path)
     assert isinstance(sink, KafkaSink)

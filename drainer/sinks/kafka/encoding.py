@@ -97,29 +97,35 @@ class Encoder:
     ) -> bytes:
         """``record`` in ``schema`` for ``subject``; errors name the commit_ts and the table."""
         assert self._codec is not None
-        where = f"kafka sink: commit_ts {commit_ts}: table {table_name(table) if table else where}"
         try:
             return self._codec.encode(subject, schema, record)
         except SinkError:
             raise
-        except (SchemaRegistrationError, AvroEncodeError) as exc:
-            raise SinkApplyError(f"{where}: {exc}") from exc
-        except RegistryUnavailable as exc:
-            raise SinkUnavailable(f"{where}: {exc}") from exc
-        except SchemaRegistryError as exc:
-            status = exc.http_status_code
-            text = f"{where}: schema registry, subject {subject}: HTTP {status}: {exc.error_message}"
-            if exc.http_status_code in (401, 403, 409, 422):
-                raise SinkApplyError(text) from exc
-            raise SinkUnavailable(text) from exc
-        except BridgeError:
-            raise
-        except (OSError, ConnectionError) as exc:
-            raise SinkUnavailable(f"{where}: schema registry, subject {subject}: {exc}") from exc
         except Exception as exc:
-            if type(exc).__module__.startswith(("httpx", "httpcore")):  # the registry client's transport
-                raise SinkUnavailable(f"{where}: schema registry, subject {subject}: {exc!r}") from exc
+            # the place is named only on failure: formatting it per message cost a share of every row
+            place = f"kafka sink: commit_ts {commit_ts}: table {table_name(table) if table else where}"
+            _raise_translated(exc, subject, place)
             raise
+
+
+def _raise_translated(exc: Exception, subject: str, where: str) -> None:
+    """Raise the sink's error for what encoding ``subject`` raised; return for a bug (re-raised)."""
+    if isinstance(exc, SchemaRegistrationError | AvroEncodeError):
+        raise SinkApplyError(f"{where}: {exc}") from exc
+    if isinstance(exc, RegistryUnavailable):
+        raise SinkUnavailable(f"{where}: {exc}") from exc
+    if isinstance(exc, SchemaRegistryError):
+        status = exc.http_status_code
+        text = f"{where}: schema registry, subject {subject}: HTTP {status}: {exc.error_message}"
+        if exc.http_status_code in (401, 403, 409, 422):
+            raise SinkApplyError(text) from exc
+        raise SinkUnavailable(text) from exc
+    if isinstance(exc, BridgeError):
+        return
+    if isinstance(exc, OSError | ConnectionError):
+        raise SinkUnavailable(f"{where}: schema registry, subject {subject}: {exc}") from exc
+    if type(exc).__module__.startswith(("httpx", "httpcore")):  # the registry client's transport
+        raise SinkUnavailable(f"{where}: schema registry, subject {subject}: {exc!r}") from exc
 
 
 class SchemaPublisher:

@@ -61,6 +61,11 @@ _UNKNOWN_TOPIC = frozenset(
 # The broker fenced the producer's id (e.g. after messages timed out while it was unreachable):
 # this producer delivers nothing more, a new one (a new id) is started as after a fatal error.
 _FENCED = frozenset({KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH})
+# Produce requests cost the broker far more per request than per message (Tansu here: ~280 us a
+# request, ~2 us a message; docs/benchmarks.md): below this many messages per `linger` the sink
+# sends each write at once, above it requests fill for up to `linger` (or until the next flush).
+FILL_MESSAGES = 128
+SEND_WAIT = 0.005  # the longest a write waits for the acknowledgements of what it sent at once
 
 
 def message_size(key: bytes | None, value: bytes | None, headers: Headers) -> int:
@@ -69,6 +74,27 @@ def message_size(key: bytes | None, value: bytes | None, headers: Headers) -> in
     for name, data in headers:
         size += len(name) + (0 if data is None else len(data))
     return size
+
+
+class Pace:
+    """Whether messages come fast enough to fill produce requests: at least ``fill`` of them within
+    the last ``window`` seconds (two buckets of ``window`` approximate the sliding window)."""
+
+    def __init__(self, window: float, fill: int) -> None:
+        self._window = window
+        self._fill = fill
+        self._start = 0.0
+        self._current = 0
+        self._previous = 0
+
+    def busy(self, count: int) -> bool:
+        """``count`` more messages were produced just now."""
+        now = time.monotonic()
+        if now - self._start >= self._window:
+            self._previous = self._current if now - self._start < 2 * self._window else 0
+            self._current, self._start = 0, now
+        self._current += count
+        return self._previous + self._current >= self._fill
 
 
 class ProducerLink:
@@ -88,6 +114,9 @@ class ProducerLink:
         self._producer: Producer | None = None
         self._pending: list[tuple[Callable[..., None], tuple[Any, ...]]] = []  # see later
         self._since_poll = 0
+        self.produced = 0  # messages handed to librdkafka
+        self.sent_at_once = 0  # writes sent without lingering (see sent)
+        self.pace = Pace(config.linger, FILL_MESSAGES)
         self._retries_seen = 0
         self._counted: dict[tuple[str, str], Any] = {}
         self._bytes: dict[str, Any] = {}
@@ -220,10 +249,22 @@ class ProducerLink:
                     ) from None
             except KafkaException as exc:
                 raise self._refused(exc.args[0], batch, topic) from None
+        self.produced += 1
         self._since_poll += 1
         if self._since_poll >= 256:
             self._since_poll = 0
             self.serve(producer.poll, 0)
+
+    def sent(self, count: int) -> None:
+        """A write produced ``count`` messages: unless they come fast enough to fill a produce request
+        within ``linger`` (:class:`Pace`), have librdkafka send them at once instead of lingering. A
+        flush ignores linger.ms, but only while it lasts: this waits up to ``SEND_WAIT`` for the
+        acknowledgements (a pipeline that is not busy loses nothing by it)."""
+        if count and not self.pace.busy(count) and self.config.linger > SEND_WAIT:
+            self.sent_at_once += 1
+            self.serve(self.producer.flush, SEND_WAIT)
+        else:
+            self.serve(self.producer.poll, 0)
 
     def _refused(self, error: KafkaError, batch: Batch | None, topic: str) -> SinkError:
         if error.fatal():

@@ -44,13 +44,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Message
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
-from bridge.avro import DDL_SCHEMA, ddl_record, source_record
+from bridge.avro import DDL_SCHEMA, TableAvro, ddl_record, source_record
 from bridge.kafkaclient import redact_url
 from bridge.proto import row_pb2
 from bridge.schema import table_name
@@ -74,6 +75,25 @@ Change = row_pb2.SchemaChange
 # Kept forever: a consumer reading from the beginning replays every DDL (docs/consume.md).
 DDL_TOPIC = {"retention.ms": "-1"}
 _TABLE_AFTER = (Change.CREATE_TABLE, Change.RENAME_TABLE, Change.ALTER_TABLE, Change.TRUNCATE_TABLE)
+
+
+@dataclass(frozen=True, slots=True)
+class _Txn:
+    """What the messages of one transaction share."""
+
+    event: TxnEvent
+    ts_ms: int
+    commit_ts_header: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class _Table:
+    """What the messages of one table in one transaction share."""
+
+    avro: TableAvro
+    topic: str
+    key_subject: str
+    value_subject: str
 
 
 def _with_last(changes: Iterator[RowChange]) -> Iterator[tuple[RowChange, bool]]:
@@ -174,6 +194,7 @@ class KafkaSink(Sink):
 
     def write(self, events: Sequence[Event]) -> None:
         link = self.link
+        produced = link.produced
         if link.fatal is not None:
             # Nothing the old producer holds will be delivered: the position stops where it is, so
             # the next flush fails and the drainer writes every unflushed event again, through the
@@ -191,7 +212,7 @@ class KafkaSink(Sink):
                 self._write_ddl(event)
             elif isinstance(event, ResolvedEvent):
                 self._tracker.close(self._tracker.begin(event.commit_ts))
-        link.serve(link.producer.poll, 0)
+        link.sent(link.produced - produced)
         self.watermarks.publish(force=False)
         metrics.QUEUE_MESSAGES.set(len(link.producer))
 
@@ -245,30 +266,42 @@ class KafkaSink(Sink):
             return
         self.link.close()
         self._admin.close()
-        log.info("kafka sink closed; acknowledged messages: %s", dict(self.link.delivered))
+        log.info(
+            "kafka sink closed; acknowledged messages: %s; writes sent without lingering: %d",
+            dict(self.link.delivered),
+            self.link.sent_at_once,
+        )
 
     # -- transactions -------------------------------------------------------
 
     def _write_txn(self, event: TxnEvent) -> None:
         with self.link.batch_of(event.commit_ts, "transaction") as batch:
-            ts_ms = physical_ms(event.commit_ts)
+            txn = _Txn(event, physical_ms(event.commit_ts), str(event.commit_ts).encode())
             schema = None
+            table: _Table | None = None
             for pos, (change, last) in enumerate(_with_last(event.changes())):
                 if change.table is not schema:
                     schema = change.table
                     batch.table = table_name(schema)
-                self._write_change(event, change, pos, last, ts_ms)
+                    table = self._table(schema, event.commit_ts)
+                assert table is not None
+                self._write_change(txn, table, change, pos, last)
 
-    def _write_change(self, event: TxnEvent, change: RowChange, pos: int, last: bool, ts_ms: int) -> None:
+    def _table(self, schema: row_pb2.TableSchema, commit_ts: int) -> _Table:
+        """What the messages of one table in one transaction share."""
+        topic = self.topics.topic(schema.db, schema.table, commit_ts)
+        return _Table(self.encoder.table_avro(schema), topic, f"{topic}-key", f"{topic}-value")
+
+    def _write_change(self, txn: _Txn, table: _Table, change: RowChange, pos: int, last: bool) -> None:
+        event, ts_ms = txn.event, txn.ts_ms
         schema = change.table
-        avro = self.encoder.table_avro(schema)
-        topic = self.topics.topic(schema.db, schema.table, event.commit_ts)
+        avro, topic = table.avro, table.topic
         image = change.after if change.after is not None else change.before
         assert image is not None
         key_record = avro.key_record(image)
         key = None
         if avro.key_schema is not None:
-            key = self.encoder.encode(f"{topic}-key", avro.key_schema, key_record, event.commit_ts, schema)
+            key = self.encoder.encode(table.key_subject, avro.key_schema, key_record, event.commit_ts, schema)
         source = source_record(
             cluster_id=self.cluster_id,
             db=schema.db,
@@ -281,11 +314,11 @@ class KafkaSink(Sink):
         envelope = avro.envelope(
             change.kind, change.before, change.after, source, ts_ms, snapshot=change.snapshot
         )
-        value = self.encoder.encode(f"{topic}-value", avro.value_schema, envelope, event.commit_ts, schema)
+        value = self.encoder.encode(table.value_subject, avro.value_schema, envelope, event.commit_ts, schema)
         partition = self.topics.partition(topic, schema.db, schema.table, key, event.commit_ts)
         headers: Headers = [
             ("bridge.kind", b"row"),
-            ("bridge.commit-ts", str(event.commit_ts).encode()),
+            ("bridge.commit-ts", txn.commit_ts_header),
             ("bridge.pos", str(pos).encode()),
         ]
         size = message_size(key, value, headers)
