@@ -12,6 +12,7 @@
     │   ├── NotLeader              this member is not the leader (retriable)
     │   ├── NodeIdTaken            another live node holds the node id (also a UserError)
     │   └── StoreError             the backing store failed (local files, etcd)
+    │       └── StoreUnavailable   no etcd endpoint answered (also an Unreachable)
     └── PumpError                  writing binlogs to pumps
         ├── PumpUnavailable        one pump did not answer (retriable)
         ├── PumpRejected           a pump answered with an error message
@@ -91,11 +92,15 @@ class StoreError(MetaError):
     """The meta service's backing store (data dir or etcd) failed."""
 
 
+class StoreUnavailable(StoreError, Unreachable):
+    """No endpoint of the backing store (etcd) answered."""
+
+
 class PumpError(BridgeError):
     """Writing a binlog to the pump cluster failed."""
 
 
-class PumpUnavailable(PumpError):
+class PumpUnavailable(PumpError, Unreachable):
     """One pump did not answer."""
 
     retriable = True
@@ -115,5 +120,5 @@ class CommitRefused(PumpRejected):
     holds the Prewrite, so sending it elsewhere or again cannot help."""
 
 
-class NoPumpAvailable(PumpError):
+class NoPumpAvailable(PumpError, Unreachable):
     """No pump accepted the binlog within the configured timeout."""

@@ -2,8 +2,8 @@
 
 Prints one line per table (``equal``, or what differs: missing, extra and
 different rows by key, values truncated) and a summary; exits 0 when every
-table is equal, 1 when anything differs, 2 on bad arguments or an
-unreachable database. DSNs: ``sqlite:///file.db``, ``sqlite:///sink-dir``
+table is equal, 1 when anything differs, 2 on bad arguments, 3 when a
+database does not answer (docs/operations.md, "Exit status and error lines"). DSNs: ``sqlite:///file.db``, ``sqlite:///sink-dir``
 (one file per database, as the sqlite sink writes; ``?database=NAME`` reads a file as
 database NAME, or only NAME.db of a sink directory), ``mysql://user@host:port/db``
 (without ``/db``: every user database). A MySQL password may come from
