@@ -12,6 +12,7 @@
     │   ├── NotLeader              this member is not the leader (retriable)
     │   ├── NodeIdTaken            another live node holds the node id (also a UserError)
     │   └── StoreError             the backing store failed (local files, etcd)
+    │       └── StoreUnavailable   no etcd endpoint answered (also an Unreachable)
     ├── DatabaseError              a MySQL server refused a statement (``code``: its error number)
     │   └── DatabaseUnavailable    unreachable, read-only, killed, busy: another try may pass (retriable)
     └── PumpError                  writing binlogs to pumps
@@ -109,11 +110,15 @@ class DatabaseUnavailable(DatabaseError):
     retriable = True
 
 
+class StoreUnavailable(StoreError, Unreachable):
+    """No endpoint of the backing store (etcd) answered."""
+
+
 class PumpError(BridgeError):
     """Writing a binlog to the pump cluster failed."""
 
 
-class PumpUnavailable(PumpError):
+class PumpUnavailable(PumpError, Unreachable):
     """One pump did not answer."""
 
     retriable = True
@@ -133,7 +138,7 @@ class CommitRefused(PumpRejected):
     holds the Prewrite, so sending it elsewhere or again cannot help."""
 
 
-class NoPumpAvailable(PumpError):
+class NoPumpAvailable(PumpError, Unreachable):
     """No pump accepted the binlog within the configured timeout."""
 
 

@@ -51,7 +51,7 @@ from bridge.apps.consume.items import (
     TombstoneItem,
     Where,
 )
-from bridge.errors import BridgeError, ProtocolError, UserError
+from bridge.errors import BridgeError, ProtocolError, Unreachable, UserError
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ class ConsumeError(BridgeError):
     """A message cannot be read or decoded; names topic, partition and offset."""
 
 
-class BrokerUnreachable(UserError):
+class BrokerUnreachable(Unreachable):
     """No broker of ``--bootstrap-servers`` answered."""
 
 

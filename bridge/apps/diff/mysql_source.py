@@ -15,6 +15,7 @@ from bridge.apps.diff.sources import (
     SYSTEM_DATABASES,
     Column,
     DiffSourceError,
+    DiffSourceUnreachable,
     KeyRange,
     TableInfo,
     is_internal,
@@ -41,7 +42,7 @@ class MySQLSource:
             # No default database: without /db the source spans every database of the server.
             conn = mysql.connect(self._dsn, database=None, autocommit=True, cursorclass=cursor)
         except pymysql.MySQLError as exc:
-            raise DiffSourceError(f"{self.label}: cannot connect: {exc.args[-1]}") from exc
+            raise DiffSourceUnreachable(f"{self.label}: cannot connect: {exc.args[-1]}") from exc
         with conn.cursor() as cur:
             cur.execute("SET time_zone = '+00:00'")  # TIMESTAMP values in UTC, as the binlog carries them
         return conn
