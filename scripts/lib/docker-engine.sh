@@ -15,8 +15,9 @@
 # in deploy/compose/local-images.yml), which is how `apt-get` inside a build reaches the
 # Debian mirror without NAT.
 #
-# `down` removes every container, network and volume of this engine (all are the tests'),
-# keeps its images (the cache), and stops dockerd by its pid.
+# `down` removes every container, network and volume of this engine (all are the tests') and
+# the untagged images of earlier builds, keeps the tagged images (the cache), stops dockerd by
+# its pid and unmounts what it left mounted.
 
 DOCKER_DIR=${BRIDGE_DOCKER_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/binlog-bridge/docker}
 DOCKER_SOCK=$DOCKER_DIR/docker.sock
@@ -86,7 +87,18 @@ docker_remove_all() {
     ids=$(docker_cli ps -aq) && [[ -n $ids ]] && docker_cli rm -f -v $ids >/dev/null
     docker_cli network prune -f >/dev/null
     ids=$(docker_cli volume ls -q) && [[ -n $ids ]] && docker_cli volume rm -f $ids >/dev/null
+    docker_cli image prune -f >/dev/null  # untagged images of earlier builds; tagged ones are the cache
     return 0
+}
+
+# docker_unmount: what dockerd leaves mounted under DOCKER_DIR when it stops (its bind mount
+# of the host's network namespace, run/netns/default), deepest first.
+docker_unmount() {
+    local mountpoint
+    awk -v dir="$DOCKER_DIR/" 'index($2, dir) == 1 { print $2 }' /proc/mounts | sort -r |
+        while read -r mountpoint; do
+            as_root umount "$mountpoint" || say "docker: could not unmount $mountpoint"
+        done
 }
 
 docker_down() {
@@ -94,6 +106,7 @@ docker_down() {
     if pid=$(docker_own_pid); then
         docker_healthy && docker_remove_all
         stop_pid "$pid"
+        docker_unmount
         rm -f "$DOCKER_PIDFILE" "$DOCKER_SOCK"
         say "docker: stopped (pid $pid); no container, network or volume left"
     else
