@@ -57,6 +57,10 @@ REFUSED = frozenset(
 _UNKNOWN_TOPIC = frozenset(
     {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION}
 )
+# A producer the broker fenced (its producer id or epoch is stale: after messages timed out, the
+# idempotent producer bumped its epoch and the broker refused it) delivers nothing more; librdkafka
+# does not flag these fatal for an idempotent producer, so they are treated as fatal here.
+_FENCED = frozenset({KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH})
 _LOG_EVERY = 10.0  # seconds between repeated warnings of one kind
 
 
@@ -304,7 +308,7 @@ class ProducerLink:
         metrics.DELIVERY_ERRORS.labels(error.name()).inc()
         if error.code() in _UNKNOWN_TOPIC:
             self.topics.admin.forget(topic)  # made again before the next message to it
-        if error.fatal():
+        if error.fatal() or error.code() in _FENCED:
             self.fatal = error
         self.warn(
             f"delivery:{error.name()}",
