@@ -113,12 +113,16 @@ def tls_channel_credentials(security: SecurityConfig) -> grpc.ChannelCredentials
 
 
 def aio_channel(
-    addr: str, security: SecurityConfig | None = None, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    addr: str,
+    security: SecurityConfig | None = None,
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    token: str | None = None,
 ) -> grpc.aio.Channel:
-    """An asyncio channel to ``addr`` (host:port), TLS when configured."""
+    """An asyncio channel to ``addr`` (host:port), TLS when configured; it presents ``token``
+    (default: the cluster token of this process, if any)."""
     options = channel_options(max_message_bytes)
     creds = channel_credentials(security) if security else None
-    interceptors = client_interceptors() or None  # the cluster token, when this process has one
+    interceptors = client_interceptors(token) or None
     if creds is None:
         return grpc.aio.insecure_channel(addr, options=options, interceptors=interceptors)
     return grpc.aio.secure_channel(addr, creds, options=options, interceptors=interceptors)

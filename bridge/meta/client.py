@@ -90,8 +90,14 @@ class MetaClient:
     """
 
     def __init__(
-        self, addrs: str | Sequence[str], security: SecurityConfig | None = None, timeout: float = 5.0
+        self,
+        addrs: str | Sequence[str],
+        security: SecurityConfig | None = None,
+        timeout: float = 5.0,
+        token: str | None = None,
     ) -> None:
+        """``token``: the cluster token to present (default: this process's, if any)."""
+        self._token = token
         self._addrs = split_addrs(addrs)
         if not self._addrs:
             raise ValueError("MetaClient needs at least one meta address")
@@ -182,7 +188,7 @@ class MetaClient:
     def _stub(self, addr: str) -> Any:
         entry = self._stubs.get(addr)
         if entry is None:
-            channel = aio_channel(addr, self._security)
+            channel = aio_channel(addr, self._security, token=self._token)
             entry = (channel, meta_pb2_grpc.MetaStub(channel))  # type: ignore[no-untyped-call]
             self._stubs[addr] = entry
         return entry[1]

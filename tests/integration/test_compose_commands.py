@@ -32,6 +32,7 @@ SAMPLE_ENV = {
     "BRIDGE_MYSQL_PASSWORD": "sample-mysql-secret",
     "BRIDGE_REDIS_PASSWORD": "sample-redis-secret",
     "BRIDGE_GRAFANA_PASSWORD": "sample-grafana-secret",
+    "BRIDGE_CLUSTER_TOKEN": "sample-cluster-token",
 }
 # The healthcheck tool of each third-party image and where the image ships it (from each image's
 # documentation and Dockerfile; without a Docker engine the images cannot be opened here).

@@ -94,6 +94,7 @@ def consumer_config(
         "auto.offset.reset": "earliest",
         "enable.partition.eof": True,  # end-of-partition events retire dropped tables' topics
         "socket.connection.setup.timeout.ms": 10_000,
+        "socket.keepalive.enable": True,
     }
     config.update(extra or {})
     return config

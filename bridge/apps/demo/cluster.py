@@ -130,6 +130,7 @@ class ClusterSpec:
     resolver: Mapping[str, Any] = field(default_factory=lambda: {"type": "none"})
     pump_settings: Mapping[str, Any] = field(default_factory=dict)
     drainer_settings: Mapping[str, Any] = field(default_factory=dict)
+    cluster_token: str = ""  # "" = none; else written into every config (bridge.auth)
     ready_timeout: float = 90.0
     stop_timeout: float = 30.0
 
@@ -174,7 +175,9 @@ class Cluster:
         pumps = sum(name.startswith("pump-") for name in ports)
         if "meta" not in ports or DRAINER not in ports or not pumps:
             raise DemoError(f"{data_dir}: no meta.toml, pump-N.toml and drainer.toml written by a demo")
-        cluster = cls(ClusterSpec(data_dir, pumps=pumps), ports)
+        meta = tomllib.loads((data_dir / "meta.toml").read_text(encoding="utf-8"))
+        token = str(meta.get("cluster-token", ""))
+        cluster = cls(ClusterSpec(data_dir, pumps=pumps, cluster_token=token), ports)
         cluster.configs_written = True
         return cluster
 
@@ -222,6 +225,8 @@ class Cluster:
         for name, member in self.members.items():
             builder = {"meta": self._meta_config, "pump": self._pump_config, DRAINER: self._drainer_config}
             table = builder[member.kind](member)
+            if self.spec.cluster_token:
+                table = {"cluster-token": self.spec.cluster_token, **table}
             command = f"binlog-bridge {member.kind} --config {self.config_path(name)}"
             out[name] = tomlfile.dumps(table, f"{name} of the demo cluster; run by hand with:\n  {command}")
         return out
@@ -229,7 +234,11 @@ class Cluster:
     def write_configs(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         for name, text in self.configs().items():
-            self.config_path(name).write_text(text, encoding="utf-8")
+            path = self.config_path(name)
+            if self.spec.cluster_token:  # it holds the cluster's secret: owner only, before it is written
+                path.touch(mode=0o600)
+                path.chmod(0o600)
+            path.write_text(text, encoding="utf-8")
         self.configs_written = True
 
     def _meta_config(self, member: Member) -> dict[str, Any]:
@@ -341,7 +350,9 @@ class Cluster:
         """A fresh TSO timestamp: above every commit_ts handed out before the call."""
 
         async def fetch() -> int:
-            async with MetaClient(self.meta_addr, timeout=10.0) as meta:
+            async with MetaClient(
+                self.meta_addr, timeout=10.0, token=self.spec.cluster_token or None
+            ) as meta:
                 return await meta.get_timestamp()
 
         return asyncio.run(fetch())

@@ -169,6 +169,7 @@ def producer_settings(config: KafkaSinkConfig) -> dict[str, Any]:
     settings: dict[str, Any] = {
         "queue.buffering.max.kbytes": 65536,  # bounded memory; overridable
         "statistics.interval.ms": 5000,
+        "socket.keepalive.enable": True,  # a half-open connection ends; socket.timeout.ms bounds requests
         **config.producer,
         "bootstrap.servers": config.bootstrap_servers,
         "enable.idempotence": True,
