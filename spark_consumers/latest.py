@@ -39,6 +39,7 @@ Version = tuple[int, int]
 _loads = orjson.loads  # the change rows' JSON texts: ~4x the standard library's decoder
 FLOOR_KINDS = frozenset({"DROP_TABLE", "TRUNCATE_TABLE", "DROP_DATABASE", "RENAME_TABLE"})
 ROW_OPS = frozenset({"c", "r", "u", "d"})
+SCHEMA_DDL_KINDS = frozenset({"CREATE_TABLE", "ALTER_TABLE", "RENAME_TABLE", "TRUNCATE_TABLE"})
 
 
 @dataclass(slots=True)  # not frozen: a frozen dataclass's __init__ costs ~1 us more per change
@@ -84,6 +85,28 @@ def image_digest(image: Mapping[str, Any]) -> str:
     return "#" + blake2b(text.encode("utf-8"), digest_size=8).hexdigest()
 
 
+def document_keys(
+    op: str, key_json: str | None, before_json: str | None, after_json: str | None
+) -> list[str]:
+    """The key parts of the documents a row change touches: the document it puts (or deletes)
+    first, then the old key's document of an update that changed the key. An insert into a keyed
+    table parses only its key (the shard router calls this for every row)."""
+    key = _loads(key_json) if key_json else None
+    if op == "d":
+        if key is not None:
+            return [key_text(list(key.values()))]
+        return [image_digest(_loads(before_json))] if before_json else []
+    if after_json is None:  # a key-only (oversize) change: the row changed, how is unknown
+        return []
+    new = key_text(list(key.values())) if key is not None else image_digest(_loads(after_json))
+    if op == "u" and before_json:
+        before = _loads(before_json)
+        old = image_digest(before) if key is None else key_text([before.get(c) for c in key])
+        if old != new:
+            return [new, old]
+    return [new]
+
+
 def row_actions(
     db: str,
     table: str,
@@ -95,26 +118,13 @@ def row_actions(
     version: Version,
 ) -> list[Action]:
     """The actions of one row change (see the module docstring)."""
-    key = _loads(key_json) if key_json else None
-    prefix = f"{db}/{table}/"
-    if op == "d":
-        if key is not None:
-            part = key_text(list(key.values()))
-        elif before_json:
-            part = image_digest(_loads(before_json))
-        else:
-            return []
-        return [Action(prefix + part, db, table, part, version, None, types)]
-    if after_json is None:  # a key-only (oversize) change: the row changed, how is unknown
+    parts = document_keys(op, key_json, before_json, after_json)
+    if not parts:
         return []
-    after = _loads(after_json)
-    new = key_text(list(key.values())) if key is not None else image_digest(after)
-    out = [Action(prefix + new, db, table, new, version, after, types)]
-    if op == "u" and before_json:
-        before = _loads(before_json)
-        old = image_digest(before) if key is None else key_text([before.get(c) for c in key])
-        if old != new:
-            out.append(Action(prefix + old, db, table, old, version, None, types))
+    prefix = f"{db}/{table}/"
+    image = None if op == "d" or after_json is None else _loads(after_json)
+    out = [Action(prefix + parts[0], db, table, parts[0], version, image, types)]
+    out.extend(Action(prefix + old, db, table, old, version, None, types) for old in parts[1:])
     return out
 
 
@@ -171,4 +181,17 @@ def newest_columns(
         held = out.get(act.table_name)
         if held is None or held[1] < act.version:
             out[act.table_name] = (act.types, act.version)
+    return out
+
+
+def ddl_columns(rows: Iterable[Mapping[str, Any]]) -> dict[str, tuple[str, Version]]:
+    """table -> (column kinds, version) of the batch's DDL that leave a table's columns behind."""
+    out: dict[str, tuple[str, Version]] = {}
+    for row in rows:
+        if row["op"] in ROW_OPS or row["op"] not in SCHEMA_DDL_KINDS or row["types"] in ("{}", None):
+            continue
+        version = (int(row["commit_ts"]), int(row["position"]))
+        name = f"{row['db']}.{row['table']}"
+        if name not in out or out[name][1] < version:
+            out[name] = (row["types"], version)
     return out
