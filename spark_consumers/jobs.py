@@ -223,6 +223,14 @@ class RunningJob:
         progress = self.query.lastProgress
         return _offsets((progress.get("sources") or [{}])[0].get("endOffset")) if progress else {}
 
+    def per_executor(self) -> dict[str, int]:
+        """Documents put or deleted by each executor's shard tasks in this run (scale-out shown)."""
+        counts: dict[str, int] = {}
+        for stats in self.handler.stats.values():
+            for shard in stats.shards:
+                counts[shard["executor"]] = counts.get(shard["executor"], 0) + shard["put"] + shard["deleted"]
+        return dict(sorted(counts.items()))
+
     def wait(self, out: Any) -> int:
         """Run until the query ends (available-now), fails (raised), or a stop is requested."""
         try:
@@ -235,6 +243,8 @@ class RunningJob:
             _print_progress(self.query, self.handler, self._shown, out, final=True)
         finally:
             self.handler.close()
+        if any(stats.shards for stats in self.handler.stats.values()):
+            print(f"documents applied per executor: {json.dumps(self.per_executor())}", file=out, flush=True)
         reason = "signal" if self.stop.requested else "all available data applied"
         print(f"stopped: {reason}", file=out, flush=True)
         return 0
