@@ -61,11 +61,15 @@ class Action:
 
 @dataclass(frozen=True, slots=True)
 class Floor:
-    """Documents of ``db.table`` (every table of ``db`` when ``table`` is "") below ``version`` go."""
+    """Documents of ``db.table`` (every table of ``db`` when ``table`` is "") below ``version`` go.
+    A rename's floor names the new table (``to_db``, ``to_table``): the documents move there,
+    at the rename's version, instead of going."""
 
     db: str
     table: str
     version: Version
+    to_db: str = ""
+    to_table: str = ""
 
     def covers(self, db: str, table: str) -> bool:
         return db == self.db and (not self.table or table == self.table)
@@ -133,7 +137,9 @@ def ddl_floor(db: str, table: str, op: str, before_json: str | None, version: Ve
         return None
     if op == "RENAME_TABLE":
         old = json.loads(before_json) if before_json else {}
-        return Floor(str(old.get("old_db") or db), str(old.get("old_table") or ""), version) if old else None
+        if not old:
+            return None
+        return Floor(str(old.get("old_db") or db), str(old.get("old_table") or ""), version, db, table)
     return Floor(db, "" if op == "DROP_DATABASE" else table, version)
 
 
@@ -164,11 +170,24 @@ def latest_per_document(rows: Iterable[Mapping[str, Any]]) -> BatchChanges:
             held = out.actions.get(act.doc_id)
             if held is None or held.version < act.version:
                 out.actions[act.doc_id] = act
-    for floor in out.floors:  # a floor in the batch also hides the batch's older changes of its table
-        for name, act in list(out.actions.items()):
-            if floor.covers(act.db, act.table) and act.version < floor.version:
-                del out.actions[name]
+    for floor in sorted(out.floors, key=lambda f: f.version):  # in order: t -> t2 -> t3 moves twice
+        _apply_floor(out.actions, floor)
     return out
+
+
+def _apply_floor(actions: dict[str, Action], floor: Floor) -> None:
+    """A floor in the batch hides the batch's older changes of its table; a rename's moves them
+    to the new name at the rename's version, unless a newer change of the new name is there."""
+    for name, act in list(actions.items()):
+        if not floor.covers(act.db, act.table) or act.version >= floor.version:
+            continue
+        del actions[name]
+        if floor.to_table:
+            moved = Action(f"{floor.to_db}/{floor.to_table}/{act.key}", floor.to_db, floor.to_table, act.key,
+                           floor.version, act.image, act.types)  # fmt: skip
+            held = actions.get(moved.doc_id)
+            if held is None or held.version < moved.version:
+                actions[moved.doc_id] = moved
 
 
 def newest_columns(

@@ -7,8 +7,9 @@
     ...
     INDEX/shard-<N-1>/
 
-A document lives in shard ``id_hash(_id) % N`` (BLAKE2b, the same in every
-process: never Python's salted ``hash``). N is fixed when the index is created;
+A document lives in shard ``id_hash(key) % N`` of its key part (BLAKE2b, the
+same in every process: never Python's salted ``hash``): a renamed table's
+documents keep their shard, so each shard moves its own. N is fixed when the index is created;
 a job started later with another setting keeps the recorded N.
 
 Each shard keeps its own floors and table columns: every shard task of a
@@ -44,9 +45,9 @@ def shard_dir(path: Path, shard: int) -> Path:
     return path / f"shard-{shard:04d}"
 
 
-def shard_of(doc_id: str, shards: int) -> int:
-    """The shard of document ``doc_id`` in an index of ``shards`` shards."""
-    return id_hash(doc_id) % shards if shards > 1 else 0
+def shard_of(key: str, shards: int) -> int:
+    """The shard of a document with key part ``key`` in an index of ``shards`` shards."""
+    return id_hash(key) % shards if shards > 1 else 0
 
 
 def has_index(folder: Path) -> bool:

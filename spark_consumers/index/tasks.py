@@ -5,9 +5,9 @@ For a batch of change rows the driver plans (:func:`sharded_batch`)::
     rows --mapInArrow(route)--> rows tagged with their shard --repartition(N)-->
          --mapInArrow(write shard)--> one summary row per shard task --collect--> driver
 
-``route`` tags a row change with the shard of each document it touches (an
-update that changes the key touches two, possibly in two shards: the row goes to
-both) and a DDL row with every shard, so every shard task sees every floor and
+``route`` tags a row change with the shard of each document it touches (by the
+key part of its id; an update that changes the key touches two, possibly in two
+shards: the row goes to both) and a DDL row with every shard, so every shard task sees every floor and
 schema change of the batch. Rows are shuffled by a routing value chosen so that
 Spark's hash partitioning sends shard ``i`` to partition ``i``.
 
@@ -67,8 +67,8 @@ def router(shards: int, routes: Sequence[int]) -> Callable[[Batches], Batches]:
 
     def route(batches: Batches) -> Batches:
         for batch in batches:
-            ops, dbs, tables, keys, befores, afters = (
-                batch.column(c).to_pylist() for c in ("op", "db", "table", "key", "before", "after")
+            ops, keys, befores, afters = (
+                batch.column(c).to_pylist() for c in ("op", "key", "before", "after")
             )
             take: list[int] = []
             tags: list[int] = []
@@ -76,9 +76,8 @@ def router(shards: int, routes: Sequence[int]) -> Callable[[Batches], Batches]:
                 if op not in ROW_OPS:
                     targets: Sequence[int] = range(shards)
                 else:
-                    prefix = f"{dbs[at]}/{tables[at]}/"
                     parts = document_keys(op, keys[at], befores[at], afters[at])
-                    targets = sorted({shard_of(prefix + part, shards) for part in parts})
+                    targets = sorted({shard_of(part, shards) for part in parts})
                 take.extend([at] * len(targets))
                 tags.extend(targets)
             out = batch.take(pa.array(take, pa.int32()))
@@ -113,7 +112,7 @@ def apply_shard(
     """Reduce ``rows`` (every row routed to ``shard``), apply the shard's actions and commit."""
     cpu = time.process_time()
     changes = latest_per_document(rows)
-    for doc_id in [d for d in changes.actions if shard_of(d, len(paths)) != shard]:
+    for doc_id in [d for d, act in changes.actions.items() if shard_of(act.key, len(paths)) != shard]:
         del changes.actions[doc_id]  # the other key of a key-changing update: another shard's
     index = _open_writer(paths[shard], text_fields)
     try:
