@@ -121,6 +121,14 @@ SECTIONS: list[tuple[str, str, str, str]] = [
         "How a producer routes, retries, probes and batches binlogs. "
         "Example: [examples/pump-client.toml](examples/pump-client.toml).",
     ),
+    (
+        "python -m spark_consumers index / snapshot",
+        "spark_consumers.config:JobSettings",
+        "`python -m spark_consumers index --config job.toml`; flags (same names) override the file",
+        "The Spark jobs over the change topics. Besides these keys, the tables `[text-fields]` "
+        "(full-text columns per `db.table`), `[kafka]` (librdkafka settings) and `[spark]` (Spark "
+        "settings) take keys of your own. Guide: [spark-consumers.md](spark-consumers.md).",
+    ),
 ]
 
 HEADER = """# Configuration reference
