@@ -29,6 +29,7 @@ from tests.e2e.test_mysql_sink_e2e import (
     run_load,
 )
 from tests.e2e.test_pipeline import wait_for, wait_for_transactions
+from tests.integration.test_mysql_checkpoint import query
 from tests.support.mariadb_instance import MariaDBInstance
 
 pytestmark = [pytest.mark.mysql, pytest.mark.slow, pytest.mark.timeout(300)]
@@ -55,13 +56,7 @@ def drainer_login(downstream_mysql: MariaDBInstance, unique_name: str) -> Iterat
 
 
 def on_downstream(server: MariaDBInstance, sql: str) -> list[tuple[object, ...]]:
-    conn = server.connect()
-    try:
-        with conn.cursor() as cursor:
-            cursor.execute(sql)
-            return list(cursor.fetchall())
-    finally:
-        conn.close()
+    return query(server.dsn, sql)
 
 
 @contextlib.contextmanager

@@ -33,7 +33,9 @@ def start_meta(
     return child, match.group(1)
 
 
-def pump(node_id: str, ttl_ms: int = 10_000, state: int = meta_pb2.ONLINE) -> meta_pb2.NodeStatus:
+def pump(
+    node_id: str, ttl_ms: int = 10_000, state: meta_pb2.NodeState = meta_pb2.ONLINE
+) -> meta_pb2.NodeStatus:
     return meta_pb2.NodeStatus(
         node_id=node_id, kind=meta_pb2.PUMP, addr="127.0.0.1:8250", state=state, score=10, ttl_ms=ttl_ms
     )

@@ -41,7 +41,7 @@ def behind_gauge(drainer: str) -> float | None:
 
 
 async def register_drainer(
-    meta: MetaClient, node_id: str, checkpoint: int, state: int = meta_pb2.ONLINE
+    meta: MetaClient, node_id: str, checkpoint: int, state: meta_pb2.NodeState = meta_pb2.ONLINE
 ) -> None:
     status = meta_pb2.NodeStatus(
         node_id=node_id, kind=meta_pb2.DRAINER, addr="127.0.0.1:1", state=state, max_commit_ts=checkpoint,

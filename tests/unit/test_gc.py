@@ -40,7 +40,7 @@ class Registry:
     """The drainers the meta service would list; ``failing`` makes the listing fail."""
 
     def __init__(self) -> None:
-        self.drainers: dict[str, tuple[int, int]] = {}  # id -> (checkpoint, state)
+        self.drainers: dict[str, tuple[int, meta_pb2.NodeState]] = {}  # id -> (checkpoint, state)
         self.failing = False
 
     async def list_nodes(

@@ -93,3 +93,16 @@ def test_timeouts_are_validated_and_the_dsn_refuses_a_bad_one() -> None:
         mysql.MySQLTimeouts(read_timeout=-1).validate("x.")
     with pytest.raises(ConfigError, match="read_timeout must be a number of seconds"):
         parse_dsn("mysql://root@h/?read_timeout=soon")
+
+
+def test_no_product_module_opens_a_pymysql_connection_around_the_adapter() -> None:
+    """Every connection gets the bounded waits: only bridge.mysql.connect builds one, and the
+    capture stream's wrapper, whose settings come from Dsn.pymysql_args with the timeouts."""
+    allowed = {"bridge/mysql.py", "bridge/apps/capture/source.py"}
+    found = []
+    for package in PRODUCT:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            text = path.read_text(encoding="utf-8")
+            if re.search(r"pymysql\.(connect|Connect|connections\.Connection)\(", text):
+                found.append(str(path.relative_to(ROOT)))
+    assert set(found) <= allowed, found

@@ -181,7 +181,7 @@ def test_mariadb_json_checks_and_indexes() -> None:
 
 
 def test_mysql_adapters() -> None:
-    def adapter(column_type: int, **kw: Any) -> Any:
+    def adapter(column_type: row_pb2.ColumnType, **kw: Any) -> Any:
         return mysql_types.adapter_for(row_pb2.Column(name="c", type=column_type, **kw))
 
     aware = datetime(2024, 1, 1, 9, tzinfo=timezone(timedelta(hours=9)))
