@@ -22,6 +22,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from bridge import mysql
 from bridge.dsn import parse_dsn
 from bridge.meta.client import MetaClient
 from tests.support.process import wait_until
@@ -49,7 +50,7 @@ def redis_via(proxy: TcpProxy, timeout: float = 2.0) -> redis.Redis:
 @pytest.mark.mysql
 def test_mysql_passes_unchanged() -> None:
     with TcpProxy((DSN.host, DSN.port)) as proxy:
-        conn = parse_dsn(f"mysql://{DSN.user}@127.0.0.1:{proxy.port}/").connect(database=None)
+        conn = mysql.connect(parse_dsn(f"mysql://{DSN.user}@127.0.0.1:{proxy.port}/"), database=None)
         try:
             with conn.cursor() as cursor:
                 cursor.execute("SELECT REPEAT('x', 200000), 42")
