@@ -61,7 +61,8 @@ async def reset_mid_stream(proxy: TcpProxy, cluster_id: int) -> None:
     """The connection RST under a stream the pump is sending on (no cancel reaches it)."""
     request = pump_pb2.PullBinlogReq(clusterID=cluster_id, startFrom=pump_pb2.Pos(offset=0))
     async with aio_channel(proxy.addr) as channel:
-        call = pump_pb2_grpc.PumpStub(channel).PullBinlogs(request)
+        # wait_for_ready: on a loaded machine the connection through the proxy may take a retry
+        call = pump_pb2_grpc.PumpStub(channel).PullBinlogs(request, wait_for_ready=True)
         await call.read()
         proxy.reset_all()
         with contextlib.suppress(grpc.aio.AioRpcError):

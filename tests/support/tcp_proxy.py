@@ -140,6 +140,7 @@ class TcpProxy:
         self._clients: set[int] | None = None
         self.accepted = 0
         self.resets = 0
+        self.blackholed = 0  # connections a blackhole swallowed bytes of (established or new)
 
     @property
     def addr(self) -> str:
@@ -171,6 +172,7 @@ class TcpProxy:
         for link in links:
             if self._in_scope(link):
                 link.lost_bytes = True
+                self.blackholed += 1
 
     def reset_all(self, clients: Iterable[int] | None = None) -> int:
         """RST every open connection of ``clients`` (all when None); returns how many."""
@@ -248,6 +250,7 @@ class TcpProxy:
                 continue
             if self._mode == "blackhole" and self._in_scope(link):
                 link.lost_bytes = True
+                self.blackholed += 1
             else:
                 try:
                     link.upstream = socket.create_connection(self.target, timeout=5)

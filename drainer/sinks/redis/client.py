@@ -40,6 +40,9 @@ def _tls_settings(config: RedisSinkConfig) -> dict[str, Any]:
     return settings
 
 
+_TCP_ONLY = frozenset({"socket_connect_timeout", "socket_keepalive"})  # not for a unix socket
+
+
 def _common(config: RedisSinkConfig) -> dict[str, Any]:
     username, password = config.auth()
     return {
@@ -80,7 +83,7 @@ def new_client(config: RedisSinkConfig) -> Client:
             path=parts.path,
             db=config.database(),
             max_connections=config.pool_size,
-            **{k: v for k, v in common.items() if not k.startswith("ssl") and k != "socket_connect_timeout"},
+            **{k: v for k, v in common.items() if not k.startswith("ssl") and k not in _TCP_ONLY},
         )
     else:
         pool = redis.ConnectionPool(
