@@ -352,6 +352,7 @@ async def measure(run: Run) -> dict[str, Any]:
                 budget.start()
                 txns, took = await offer_load(client, schema, args)
                 rows = sum(t.rows for t in txns)
+                during_load = budget.stop(rows)  # the producer's, pumps' and meta's work is done by now
                 progress(f"offered {rows:,} rows in {took:.2f}s = {rows / took:,.0f} rows/s; waiting for all")
                 await wait_for(
                     "every row downstream",
@@ -359,7 +360,7 @@ async def measure(run: Run) -> dict[str, Any]:
                     [*watchers],
                     args.timeout,
                 )
-                spent = {**budget.stop(rows), "idle_pct_core": idle}
+                spent = {**budget.stop(rows), "idle_pct_core": idle, "during_load": during_load}
                 drainer.check_alive("binlog-bridge drainer")
                 if "mysql" in run.sinks:
                     faults = await asyncio.to_thread(mysql_sink_faults, drainer.match.group(1))

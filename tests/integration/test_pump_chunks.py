@@ -229,6 +229,8 @@ def test_the_storage_refuses_a_part_without_start_ts_or_chunk(tmp_path: Path) ->
 
 # --- SIGKILL -------------------------------------------------------------------
 
+_COMPLETE_ACK = re.compile(r"^ACK [^\n]*\n", re.MULTILINE)
+
 
 def test_sigkill_keeps_every_acknowledged_chunked_transaction(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
@@ -239,7 +241,8 @@ def test_sigkill_keeps_every_acknowledged_chunked_transaction(tmp_path: Path) ->
     )
     try:
         child.wait_for_line("^READY$", timeout=HANG_GUARD)
-        wait_until(lambda: child.output.count("\nACK ") >= 40, timeout=HANG_GUARD, what="40 acks")
+        # complete lines only: the 40th may still be half written when counted
+        wait_until(lambda: len(_COMPLETE_ACK.findall(child.output)) >= 40, timeout=HANG_GUARD, what="40 acks")
     finally:
         child.kill()
         child.stop()

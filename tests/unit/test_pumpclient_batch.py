@@ -15,10 +15,11 @@ import grpc
 import pytest
 
 from bridge.errors import PumpRejected, PumpUnavailable
-from bridge.proto import pump_pb2
+from bridge.proto import meta_pb2, pump_pb2
 from bridge.pumpclient import PumpClientConfig
 from bridge.pumpclient.busy import Activity
 from bridge.pumpclient.node import PumpNode
+from bridge.pumpclient.pool import PumpPool
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -211,3 +212,47 @@ def test_while_other_calls_of_the_client_are_in_progress_a_batch_gathers_for_bat
 
     asyncio.run(main())
     assert stub.calls == [[payload(n) for n in range(4)]]  # one call, no second sender meanwhile
+
+
+def test_range_prewrites_follow_the_batch_the_round_robin_started_not_a_commit_batch() -> None:
+    activity = Activity()
+    config = PumpClientConfig(strategy="range", batch_linger=0.05)
+    stubs: dict[str, HeldStub] = {}
+
+    async def main() -> list[str]:
+        pool = PumpPool(config, 1, activity)
+        pool.apply_registry(
+            [
+                meta_pb2.NodeStatus(
+                    node_id=f"p{i}", addr=f"127.0.0.1:{i + 1}", state=meta_pb2.ONLINE, is_alive=True
+                )
+                for i in range(3)
+            ]
+        )
+        for node in pool.nodes():
+            stubs[node.node_id] = HeldStub()
+            stubs[node.node_id].hold = False
+            node._stub = stubs[node.node_id]  # type: ignore[assignment]  # the stand-in answers for a pump
+        activity.calls = 10  # a busy client: other transactions are in progress
+        picks = []
+        writes = []
+        first = pool.prewrite_candidates(1)[0]
+        picks.append(first.node_id)
+        writes.append(asyncio.ensure_future(first.write(payload(1), "prewrite", timeout=5)))
+        while not first.gathering:
+            await asyncio.sleep(0)
+        other = next(node for node in pool.nodes() if node is not first)
+        writes.append(asyncio.ensure_future(other.write(payload(2), "commit", timeout=5)))  # a Commit batch
+        while not other.gathering:
+            await asyncio.sleep(0)
+        for ts in range(3, 6):  # the Prewrites of this moment join the first batch
+            picks.append(pool.prewrite_candidates(ts)[0].node_id)
+        await asyncio.gather(*writes)
+        picks.append(pool.prewrite_candidates(6)[0].node_id)  # that batch left: the round robin again
+        await pool.close()
+        return picks
+
+    picks = asyncio.run(main())
+    assert picks[:4] == [picks[0]] * 4
+    assert picks[4] != picks[0]
+    assert [len(c) for c in stubs[picks[0]].calls] == [1]  # one call: the Prewrites above were not written
