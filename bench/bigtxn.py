@@ -59,6 +59,7 @@ from bench.drainer import (
 from bench.mysql import DEFAULT_DSN, DSN_ENV, MYSQL_SINK_TOML, dsn_text
 from bench.pump import TsoBatcher
 from bench.result import machine
+from bridge import mysql
 from bridge.binlog import ddl_prewrite
 from bridge.dsn import Dsn, parse_dsn
 from bridge.errors import ConfigError
@@ -263,7 +264,7 @@ def delete_topics(bootstrap: str, prefix: str) -> None:
 
 
 def drop_database(dsn: Dsn, database: str) -> None:
-    conn = dsn.connect(autocommit=True)
+    conn = mysql.connect(dsn, autocommit=True)
     try:
         with conn.cursor() as cursor:
             cursor.execute(f"DROP DATABASE IF EXISTS `{database}`")

@@ -49,6 +49,7 @@ from pymysqlreplication import BinLogStreamReader  # type: ignore[import-untyped
 
 from bench.cpu import CpuMeter
 from bench.drainer import start_cluster
+from bridge import mysql
 from bridge.apps.capture.shadow import shadow_name
 from bridge.apps.capture.source import EVENTS
 from bridge.apps.demo.cluster import free_port
@@ -85,7 +86,7 @@ def progress(message: str) -> None:
 
 
 def source_sql(dsn: Dsn, *statements: str) -> list[Any]:
-    conn = dsn.connect(database=None, autocommit=True)
+    conn = mysql.connect(dsn, database=None, autocommit=True)
     try:
         with conn.cursor() as cursor:
             for statement in statements:
@@ -102,7 +103,7 @@ def binlog_end(dsn: Dsn) -> tuple[str, int]:
 
 def write_changes(dsn: Dsn, db: str, rows: int, per_txn: int) -> int:
     """Inserts, updates and deletes of ``rows`` rows; the number of row changes."""
-    conn = dsn.connect(database=db, autocommit=True)
+    conn = mysql.connect(dsn, database=db, autocommit=True)
     try:
         with conn.cursor() as cursor:
             for first in range(0, rows, per_txn):

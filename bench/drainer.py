@@ -61,7 +61,7 @@ from bridge.rowcodec import RowCodec
 T = row_pb2.ColumnType
 PUMPS = 3
 META_READY = r"meta ready: addr=(\S+)"
-PUMP_READY = r"pump ready: node_id=\S+ addr=(\S+)"
+PUMP_READY = r"pump ready: node_id=\S+ addr=(\S+) status=(\S+)"
 DRAINER_READY = r"drainer ready: node_id=\S+ addr=\S+ status=(\S+)"
 PUMP_TOML = """\
 addr = "127.0.0.1:0"
@@ -70,6 +70,7 @@ meta = "{meta}"
 data-dir = "{data_dir}"
 status-addr = "127.0.0.1:0"
 fake-binlog-interval = "100ms"
+pull-interval = "{pull_interval}s"
 stop-write-at-available-space = 0
 [storage]
 sync = false
@@ -192,9 +193,14 @@ async def _stop(proc: asyncio.subprocess.Process) -> None:
 
 
 async def start_cluster(
-    stack: contextlib.AsyncExitStack, tmp: Path, say: Callable[[str], None] | None = None
+    stack: contextlib.AsyncExitStack,
+    tmp: Path,
+    say: Callable[[str], None] | None = None,
+    statuses: list[str] | None = None,
+    pull_interval: float = 0.01,
 ) -> tuple[str, list[str]]:
-    """Meta and three pumps; their addresses (reported through ``say``, default this bench's progress)."""
+    """Meta and three pumps; their addresses (reported through ``say``, default this bench's progress).
+    The pumps' HTTP status addresses (``/metrics``) are appended to ``statuses`` when given."""
     meta = await stack.enter_async_context(
         spawn(["meta", "--data-dir", str(tmp / "meta"), "--addr", "127.0.0.1:0"], META_READY, "meta")
     )
@@ -202,9 +208,13 @@ async def start_cluster(
     pumps = []
     for n in range(1, PUMPS + 1):
         config = tmp / f"pump-{n}.toml"
-        config.write_text(PUMP_TOML.format(n=n, meta=meta_addr, data_dir=tmp / f"pump-{n}"))
+        config.write_text(
+            PUMP_TOML.format(n=n, meta=meta_addr, data_dir=tmp / f"pump-{n}", pull_interval=pull_interval)
+        )
         pump = await stack.enter_async_context(spawn(["pump", "--config", str(config)], PUMP_READY, "pump"))
         pumps.append(pump.match.group(1))
+        if statuses is not None:
+            statuses.append(pump.match.group(2))
     (say or progress)(f"meta at {meta_addr}, pumps at {', '.join(pumps)}")
     return meta_addr, pumps
 

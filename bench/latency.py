@@ -54,7 +54,10 @@ import pymysql
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
+from prometheus_client import REGISTRY
 
+from bench import latency_sweep
+from bench.cpu import Budget, listener_pid, scrape
 from bench.drainer import (
     DRAINER_READY,
     PUMPS,
@@ -77,7 +80,7 @@ from bench.latency_watch import (
     mysql_summary,
 )
 from bench.mysql import DEFAULT_DSN, DSN_ENV, dsn_text
-from bench.pump import TsoBatcher
+from bridge import mysql
 from bridge.binlog import commit, ddl_prewrite
 from bridge.dsn import parse_dsn
 from bridge.errors import ConfigError
@@ -88,6 +91,7 @@ from bridge.rowcodec import RowCodec
 DEFAULT_BOOTSTRAP = os.environ.get("BRIDGE_TEST_KAFKA_BOOTSTRAP", "127.0.0.1:19092")
 SINKS = ("mysql", "kafka")
 GOAL_P99_MS = 1000.0
+IDLE_SECONDS = 2.0
 MYSQL_SINK = """\
 [sink.mysql]
 dsn = "{dsn}"
@@ -105,7 +109,9 @@ partitions = {partitions}
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rate", type=float, default=10_000, help="offered rows/s (default 10000)")
-    parser.add_argument("--duration", type=float, default=20.0, help="seconds of load (default 20)")
+    parser.add_argument(
+        "--duration", type=float, default=None, help="seconds of load (default 20; 10 per --sweep run)"
+    )
     parser.add_argument("--rows-per-txn", type=int, default=10, help="rows per transaction (default 10)")
     parser.add_argument("--sinks", default="mysql,kafka", help="comma-separated: mysql, kafka (default both)")
     parser.add_argument(
@@ -125,8 +131,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--bootstrap-servers", default=DEFAULT_BOOTSTRAP, help=f"default {DEFAULT_BOOTSTRAP}")
     parser.add_argument(
+        "--batch-linger", type=float, default=0.005, help="the SDK's batch-linger, s (default 0.005; 0 = off)"
+    )
+    parser.add_argument(
+        "--pull-interval",
+        type=float,
+        default=0.01,
+        help="the pumps' pull-interval, s (default 0.01; 0 = off)",
+    )
+    parser.add_argument(
         "--timeout", type=float, default=120.0, help="wait for the last rows after the load (default 120 s)"
     )
+    latency_sweep.add_arguments(parser)
 
 
 def progress(message: str) -> None:
@@ -136,19 +152,19 @@ def progress(message: str) -> None:
 # -- the offered load ------------------------------------------------------------------------------
 
 
-async def create_table(client: AsyncPumpsClient, tso: TsoBatcher, schema: row_pb2.TableSchema) -> int:
+async def create_table(client: AsyncPumpsClient, schema: row_pb2.TableSchema) -> int:
     change = row_pb2.SchemaChange(
         kind=row_pb2.SchemaChange.CREATE_TABLE, db=schema.db, table=schema.table, table_schema=schema
     )
-    ddl = ddl_prewrite(await tso.get(), f"CREATE TABLE `{schema.db}`.`orders` (...)", 1, change)
+    ddl = ddl_prewrite(await client.get_timestamp(), f"CREATE TABLE `{schema.db}`.`orders` (...)", 1, change)
     await client.write_binlog(ddl)
-    commit_ts = await tso.get()
+    commit_ts = await client.get_timestamp()
     await client.write_binlog(commit(ddl.start_ts, commit_ts))
     return commit_ts
 
 
 async def offer_load(
-    client: AsyncPumpsClient, tso: TsoBatcher, schema: row_pb2.TableSchema, args: argparse.Namespace
+    client: AsyncPumpsClient, schema: row_pb2.TableSchema, args: argparse.Namespace
 ) -> tuple[list[Txn], float]:
     """Transactions on the fixed schedule of ``--rate``; (every transaction, seconds the load took)."""
     codec = RowCodec(schema)
@@ -162,9 +178,9 @@ async def offer_load(
 
     async def one(first_id: int, rows: int) -> None:
         try:
-            binlog = orders_txn(await tso.get(), codec, schema.table_id, first_id, rows)
+            binlog = orders_txn(await client.get_timestamp(), codec, schema.table_id, first_id, rows)
             await client.write_binlog(binlog)
-            commit_ts = await tso.get()
+            commit_ts = await client.get_timestamp()
             committed = time.time()
             await client.write_binlog(commit(binlog.start_ts, commit_ts))
             txns.append(Txn(first_id, rows, commit_ts, committed))
@@ -192,6 +208,59 @@ async def offer_load(
 # -- the run ----------------------------------------------------------------------------------------
 
 
+def make_budget(run: Run, watchers: list[Watcher], pump_statuses: list[str], drainer_status: str) -> Budget:
+    """CPU per row of every process (this one split into the producer and the measuring
+    watchers), and the calls, stream messages and fsyncs per second behind them."""
+    pumps = [f"http://{addr}/metrics" for addr in pump_statuses]
+    drainer = f"http://{drainer_status}/metrics"
+
+    def pump_sum(name: str) -> float:
+        return sum(scrape(url, [name]).get(name, 0.0) for url in pumps)
+
+    counters = {
+        "write_binlogs_calls": lambda: _local("bridge_pump_client_batch_size_count"),
+        "tso_calls": lambda: _local("bridge_pump_client_tso_calls_total"),
+        "pump_write_calls": lambda: pump_sum("bridge_pump_write_calls_total"),
+        "pump_group_commits": lambda: pump_sum("bridge_pump_write_batch_size_count"),
+        "pump_fsyncs": lambda: pump_sum("bridge_pump_storage_fsyncs_total"),
+        "pull_messages": lambda: pump_sum("bridge_pump_pull_messages_total"),
+        "drainer_pulled_messages": lambda: scrape(drainer, ["bridge_drainer_pulled_messages_total"]).get(
+            "bridge_drainer_pulled_messages_total"
+        ),
+    }
+    if "mysql" in run.sinks:
+        counters["mariadb_fsyncs (server-wide)"] = lambda: mysql_status(
+            run, "Innodb_data_fsyncs", "Innodb_os_log_fsyncs"
+        )
+        counters["mariadb_statements (server-wide)"] = lambda: mysql_status(run, "Questions")
+    servers = {"mariadb": listener_pid(run.dsn.port) if run.dsn.host in LOCAL_HOSTS else None}
+    if "kafka" in run.sinks:
+        host, _, port = run.args.bootstrap_servers.split(",")[0].rpartition(":")
+        servers["broker"] = listener_pid(int(port)) if host in LOCAL_HOSTS else None
+    watcher_threads = [w.native_id for w in watchers if w.native_id is not None]
+    return Budget(servers, counters, measuring=lambda: watcher_threads)
+
+
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+def _local(name: str) -> float | None:
+    return REGISTRY.get_sample_value(name)
+
+
+def mysql_status(run: Run, *names: str) -> float:
+    """The sum of global status counters of the downstream server (every client's, not only ours)."""
+    conn = mysql.connect(run.dsn, autocommit=True)
+    try:
+        with conn.cursor() as cursor:
+            cursor.execute(
+                "SHOW GLOBAL STATUS WHERE Variable_name IN (" + ", ".join(["%s"] * len(names)) + ")", names
+            )
+            return float(sum(int(value) for _, value in cursor.fetchall()))
+    finally:
+        conn.close()
+
+
 async def wait_for(what: str, done: Callable[[], bool], watchers: list[Watcher], timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while not done():
@@ -217,7 +286,7 @@ def prepare_downstream(run: Run) -> None:
 def clean_downstream(run: Run) -> None:
     if "mysql" in run.sinks:
         with contextlib.suppress(pymysql.err.MySQLError):
-            conn = run.dsn.connect(autocommit=True)
+            conn = mysql.connect(run.dsn, autocommit=True)
             try:
                 with conn.cursor() as cursor:
                     cursor.execute(f"DROP DATABASE IF EXISTS `{run.database}`")
@@ -251,7 +320,8 @@ async def measure(run: Run) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bench-latency-") as name:
         tmp = Path(name)
         async with contextlib.AsyncExitStack() as stack:
-            meta_addr, _ = await start_cluster(stack, tmp, progress)
+            pump_statuses: list[str] = []
+            meta_addr, _ = await start_cluster(stack, tmp, progress, pump_statuses, args.pull_interval)
             config = tmp / "drainer.toml"
             config.write_text(
                 drainer_toml(meta_addr, tmp / "drainer", sink_toml(run), f"{args.flush_interval:g}s")
@@ -259,10 +329,11 @@ async def measure(run: Run) -> dict[str, Any]:
             drainer = await stack.enter_async_context(
                 spawn(["drainer", "--config", str(config)], DRAINER_READY, "drainer")
             )
-            client_config = PumpClientConfig(strategy="range", rpc_timeout=30, write_timeout=120)
+            client_config = PumpClientConfig(
+                strategy="range", rpc_timeout=30, write_timeout=120, batch_linger=args.batch_linger
+            )
             client = await stack.enter_async_context(AsyncPumpsClient(meta_addr, client_config))
-            tso = TsoBatcher(client)
-            await wait_checkpoint(drainer, await create_table(client, tso, schema), args.timeout)
+            await wait_checkpoint(drainer, await create_table(client, schema), args.timeout)
             progress(f"the CREATE TABLE reached {', '.join(run.sinks)}; offering {args.rate:,.0f} rows/s")
             watchers: list[Watcher] = []
             if "mysql" in run.sinks:
@@ -273,8 +344,13 @@ async def measure(run: Run) -> dict[str, Any]:
                 watcher.start()
                 watcher.ready.wait(30)
             faults: dict[str, int] = {}
+            budget = make_budget(run, watchers, pump_statuses, drainer.match.group(1))
             try:
-                txns, took = await offer_load(client, tso, schema, args)
+                budget.start()  # first 2 s without load: what each process spends idle
+                await asyncio.sleep(IDLE_SECONDS)
+                idle = budget.stop(1)["cpu_pct_core"]
+                budget.start()
+                txns, took = await offer_load(client, schema, args)
                 rows = sum(t.rows for t in txns)
                 progress(f"offered {rows:,} rows in {took:.2f}s = {rows / took:,.0f} rows/s; waiting for all")
                 await wait_for(
@@ -283,6 +359,7 @@ async def measure(run: Run) -> dict[str, Any]:
                     [*watchers],
                     args.timeout,
                 )
+                spent = {**budget.stop(rows), "idle_pct_core": idle}
                 drainer.check_alive("binlog-bridge drainer")
                 if "mysql" in run.sinks:
                     faults = await asyncio.to_thread(mysql_sink_faults, drainer.match.group(1))
@@ -291,7 +368,7 @@ async def measure(run: Run) -> dict[str, Any]:
                     watcher.stop.set()
                 for watcher in watchers:
                     watcher.join(10)
-    figures: dict[str, Any] = {"rows": rows, "seconds": took}
+    figures: dict[str, Any] = {"rows": rows, "seconds": took, "budget": spent}
     for watcher in watchers:
         if isinstance(watcher, MySQLWatcher):
             figures["mysql"] = {**mysql_summary(txns, watcher.seen), "polls": watcher.polls, **faults}
@@ -313,6 +390,8 @@ def parse(args: argparse.Namespace) -> Run:
         ("--poll-interval", args.poll_interval > 0),
         ("--in-flight", args.in_flight >= 1),
         ("--timeout", args.timeout > 0),
+        ("--batch-linger", 0 <= args.batch_linger <= 1),
+        ("--pull-interval", 0 <= args.pull_interval <= 1),
     )
     bad = [flag for flag, ok in checks if not ok]
     if bad:
@@ -328,6 +407,10 @@ def parse(args: argparse.Namespace) -> Run:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    if args.duration is None:
+        args.duration = 10.0 if args.sweep else 20.0
+    if args.sweep:
+        return latency_sweep.sweep(args, run)
     setup = parse(args)
     load_before = [round(x, 2) for x in os.getloadavg()]
     try:
@@ -347,12 +430,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "achieved_rate": round(figures["rows"] / figures["seconds"], 1),
         "rows": figures["rows"],
         "every_row_arrived": True,  # measure() fails otherwise
+        "budget": figures["budget"],
         "params": {
             "duration": args.duration,
             "rows_per_txn": args.rows_per_txn,
             "flush_interval": args.flush_interval,
             "worker_count": args.worker_count,
             "poll_interval": args.poll_interval,
+            "batch_linger": args.batch_linger,
+            "pull_interval": args.pull_interval,
             "pumps": PUMPS,
             "kafka_partitions": PARTITIONS,
         },

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 
+from bridge import mysql
 from bridge.dsn import Dsn
 
 PARTITIONS = 3  # of the table's topic (the bench creates it before the sink would)
@@ -91,7 +92,7 @@ class MySQLWatcher(Watcher):
         return len(self.seen)
 
     def watch(self) -> None:
-        conn = self.run_.dsn.connect(database=self.run_.database, autocommit=True)
+        conn = mysql.connect(self.run_.dsn, database=self.run_.database, autocommit=True)
         seen, low, interval = self.seen, 0, self.run_.args.poll_interval
         self.ready.set()
         try:

@@ -75,6 +75,7 @@ from bench.drainer import (
 from bench.mysql_stages import Sample, server_costs, stage_costs
 from bench.mysql_workload import KINDS, KeyOwner, Model, bench_row, parse_mix, txn_sizes
 from bench.pump import TsoBatcher
+from bridge import mysql
 from bridge.binlog import ddl_prewrite, prewrite
 from bridge.dsn import Dsn, parse_dsn
 from bridge.errors import ConfigError
@@ -214,7 +215,7 @@ def dsn_text(dsn: Dsn) -> str:
 
 
 def connect(dsn: Dsn, database: str | None = None) -> pymysql.connections.Connection[Any]:
-    return dsn.connect(database=database, autocommit=True)
+    return mysql.connect(dsn, database=database, autocommit=True)
 
 
 def server_pid(dsn: Dsn) -> int | None:
@@ -316,7 +317,7 @@ def measure_replay(dsn: Dsn, schema: row_pb2.TableSchema, model: Model, args: ar
     names = ", ".join(f"`{c}`" for c in COLUMNS)
     row_marks = "(" + ", ".join(["%s"] * len(COLUMNS)) + ")"
     assign = ", ".join(f"`{c}` = %s" for c in COLUMNS[1:])
-    conn = dsn.connect(database=schema.db, autocommit=False, client_flag=CLIENT.MULTI_STATEMENTS)
+    conn = mysql.connect(dsn, database=schema.db, autocommit=False, client_flag=CLIENT.MULTI_STATEMENTS)
     try:
         with conn.cursor() as cursor:
             cursor.execute(f"CREATE TABLE `replay_orders` ({CREATE_COLUMNS})")

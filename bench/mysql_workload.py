@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench.drainer import row_values
+from bridge import mysql
 from bridge.binlog import TableMutationBuilder
 from bridge.dsn import Dsn
 from bridge.errors import ConfigError
@@ -135,7 +136,7 @@ def check_table(dsn: Dsn, db: str, table: str, expected: tuple[int, int, float])
     """``db.table`` (the workload's shape) against ``expected`` (rows, SUM(customer), SUM(weight));
     RuntimeError naming both when they differ."""
     count, customers, weights = expected
-    conn = dsn.connect(database=db, autocommit=True)
+    conn = mysql.connect(dsn, database=db, autocommit=True)
     try:
         with conn.cursor() as cursor:
             cursor.execute(f"SELECT COUNT(*), SUM(`customer`), SUM(`weight`) FROM `{table}`")  # noqa: S608

@@ -3,20 +3,11 @@ their ratio (:func:`best_of`), and the machine it ran on (:func:`machine`)."""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
+from bridge.cli.bench import machine
 
-def machine() -> dict[str, Any]:
-    """``cores`` (CPUs this process may use) and ``load_avg`` (1, 5, 15 min) now.
-
-    The machines these figures come from are small and shared: a result
-    without the load it was taken under cannot be compared with another."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 0
-    return {"cores": cores, "load_avg": [round(x, 2) for x in os.getloadavg()]}
+__all__ = ["best_of", "machine"]
 
 
 def best_of(

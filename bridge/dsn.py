@@ -16,15 +16,15 @@ upstream reports (and the diff reads the file under), so two SQLite upstreams
 of one cluster stay apart downstream; 1 to 64 characters, no control
 characters. Other parameters are refused by name.
 
-A MySQL DSN may end in ``?charset=...&connect_timeout=...&unix_socket=...``
-and the TLS parameters below (:data:`MYSQL_PARAMS`); other parameters are
+A MySQL DSN may end in ``?charset=...&connect_timeout=...&read_timeout=...&write_timeout=...``,
+``&unix_socket=...`` and the TLS parameters below (:data:`MYSQL_PARAMS`); other parameters are
 refused by name.
 
-Every pymysql connection of the project is opened by :meth:`Dsn.connect`
+Every pymysql connection of the project is opened by :func:`bridge.mysql.connect`
 (arguments: :meth:`Dsn.pymysql_args`), so each honours the DSN's host, port,
-user, password, ``charset``, ``connect_timeout``, ``unix_socket`` and TLS the
-same way; SQLite files are opened by :func:`connect_sqlite` (or
-:meth:`Dsn.connect_sqlite`), read-only ones included.
+user, password, ``charset``, timeouts, ``unix_socket`` and TLS the same way;
+SQLite files are opened by :func:`connect_sqlite` (or :meth:`Dsn.connect_sqlite`),
+read-only ones included.
 
 TLS, named as the MySQL clients name it (:meth:`Dsn.pymysql_tls` turns it
 into pymysql arguments):
@@ -60,20 +60,16 @@ password, and neither do ``str()``, ``repr()`` nor any error raised here.
 
 from __future__ import annotations
 
-import functools
 import os
 import sqlite3
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 from bridge.errors import ConfigError
-
-if TYPE_CHECKING:
-    import pymysql.connections
 
 __all__ = [
     "MYSQL_PARAMS",
@@ -91,7 +87,8 @@ PASSWORD_ENV = "BRIDGE_UPSTREAM_PASSWORD"  # noqa: S105 - the variable's name, n
 _MYSQL_SCHEMES = ("mysql", "mariadb")
 SSL_MODES = ("disabled", "preferred", "required", "verify-ca", "verify-identity")
 _SSL_FILES = ("ssl-ca", "ssl-cert", "ssl-key")
-MYSQL_PARAMS = frozenset(("charset", "connect_timeout", "unix_socket", "ssl-mode", *_SSL_FILES))
+TIMEOUT_PARAMS = ("connect_timeout", "read_timeout", "write_timeout")
+MYSQL_PARAMS = frozenset(("charset", *TIMEOUT_PARAMS, "unix_socket", "ssl-mode", *_SSL_FILES))
 SQLITE_DEFAULT_DATABASE = "main"  # SQLite's name for a file's own schema
 _MYSQL_FORM = "mysql://user[:password]@host[:port]/database"
 _SQLITE_FORM = "sqlite:///absolute/path.db or sqlite:relative/path.db"
@@ -187,17 +184,27 @@ class Dsn:
             self._load_tls(context.load_cert_chain, "ssl-cert", cert, self.param("ssl-key") or None)
         return {"ssl": context}
 
-    def pymysql_args(self, *, connect_timeout: float = 10.0, **extra: Any) -> dict[str, Any]:
+    def pymysql_args(
+        self,
+        *,
+        connect_timeout: float = 10.0,
+        read_timeout: float = 0.0,
+        write_timeout: float = 0.0,
+        **extra: Any,
+    ) -> dict[str, Any]:
         """Keyword arguments for ``pymysql.connect`` to this MySQL DSN.
 
         Host, port, user, password, default database (none when the DSN names
         none), ``charset`` (``utf8mb4`` unless the DSN sets one),
-        ``unix_socket``, the TLS mode (:meth:`pymysql_tls`) and
-        ``connect_timeout``: the DSN's ``?connect_timeout=`` when given, else
-        the caller's. ``extra`` adds or replaces arguments (``autocommit``,
-        ``read_timeout``, ``cursorclass``, ``database=None`` for no default
-        database, a ``password`` kept outside the DSN, ...).
+        ``unix_socket``, the TLS mode (:meth:`pymysql_tls`) and the three
+        timeouts: the DSN's ``?connect_timeout=``, ``?read_timeout=`` and
+        ``?write_timeout=`` when given, else the caller's (0: no limit).
+        ``extra`` adds or replaces arguments (``autocommit``, ``cursorclass``,
+        ``database=None`` for no default database, a ``password`` kept outside
+        the DSN, ...). Connections are opened by :func:`bridge.mysql.connect`.
         """
+        timeouts = {"connect_timeout": connect_timeout, "read_timeout": read_timeout}
+        timeouts["write_timeout"] = write_timeout
         args: dict[str, Any] = {
             "host": self.host,
             "port": self.port,
@@ -206,19 +213,11 @@ class Dsn:
             "database": self.database or None,
             "charset": self.param("charset", "utf8mb4"),
             "unix_socket": self.param("unix_socket") or None,
-            "connect_timeout": float(self.param("connect_timeout") or connect_timeout),
+            **{name: float(self.param(name) or default) or None for name, default in timeouts.items()},
             **self.pymysql_tls(),
         }
         args.update(extra)
         return args
-
-    def connect(self, *, connect_timeout: float = 10.0, **extra: Any) -> pymysql.connections.Connection[Any]:
-        """A new pymysql connection (:meth:`pymysql_args`); pymysql's errors pass through untranslated.
-
-        Callers translate them into their own error tree at their boundary.
-        """
-        args = self.pymysql_args(connect_timeout=connect_timeout, **extra)
-        return _connection_class()(**args)
 
     def connect_sqlite(self, *, read_only: bool = False, **extra: Any) -> sqlite3.Connection:
         """A new sqlite3 connection to this SQLite DSN's file; see :func:`connect_sqlite`."""
@@ -236,42 +235,6 @@ class Dsn:
 
     def __repr__(self) -> str:
         return f"Dsn({self.redacted()!r})"
-
-
-@functools.cache
-def _preferred_tls_context() -> ssl.SSLContext:
-    """The context of ``ssl-mode=preferred``, built once per process.
-
-    pymysql's default (preferred) mode builds ``ssl.create_default_context()`` on every
-    connect, loading the system's CA store (~30 ms of CPU and ~55 ms of wall time per
-    connection measured here, against ~1 ms for the whole plaintext connect) for a context
-    that verifies nothing. This is the same context: no certificate or host name check, TLS
-    when the server offers it. SSLContext may be shared between threads.
-    """
-    context = ssl.create_default_context()
-    context.verify_flags &= ~ssl.VERIFY_X509_STRICT
-    context.check_hostname = False
-    context.verify_mode = ssl.CERT_NONE
-    return context
-
-
-@functools.cache
-def _connection_class() -> type[pymysql.connections.Connection[Any]]:
-    """pymysql's Connection, its preferred-mode TLS context shared (:func:`_preferred_tls_context`).
-
-    Imported here: the SQLite paths of the project never load the MySQL driver. pymysql is
-    pinned (pyproject.toml); tests/integration/test_mysql_tls.py checks that the preferred mode
-    still connects in plaintext to a server without TLS and encrypts with one that has it.
-    """
-    import pymysql.connections
-
-    class Connection(pymysql.connections.Connection):
-        def _create_ssl_ctx(self, sslp: Any) -> ssl.SSLContext:
-            if isinstance(sslp, dict) and not sslp:  # pymysql's preferred mode asks for its default
-                return _preferred_tls_context()
-            return super()._create_ssl_ctx(sslp)  # type: ignore[misc,no-any-return]
-
-    return Connection
 
 
 def parse_dsn(text: str, *, key: str = "dsn") -> Dsn:
@@ -352,8 +315,8 @@ def _parse_mysql(text: str, key: str) -> Dsn:
         if name not in MYSQL_PARAMS:
             known = ", ".join(sorted(MYSQL_PARAMS))
             raise ConfigError(f"{key}: unknown parameter {name!r} (known: {known})")
-        if name == "connect_timeout" and not _is_seconds(value):
-            raise ConfigError(f"{key}: connect_timeout must be a number of seconds")
+        if name in TIMEOUT_PARAMS and not _is_seconds(value):
+            raise ConfigError(f"{key}: {name} must be a number of seconds")
     _check_tls(dict(params), key)
     database = unquote(url.path.lstrip("/"))
     if "/" in database:

@@ -49,6 +49,10 @@ def _read(path: str) -> bytes | None:
     return Path(path).read_bytes() if path else None
 
 
+KEEPALIVE_TIME_MS = 10_000
+KEEPALIVE_TIMEOUT_MS = 5_000
+
+
 def channel_options(max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> list[tuple[str, Any]]:
     return [
         ("grpc.max_send_message_length", max_message_bytes),
@@ -59,6 +63,17 @@ def channel_options(max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> list[
         ("grpc.min_reconnect_backoff_ms", 100),
         ("grpc.max_reconnect_backoff_ms", 1000),
         ("grpc.enable_retries", 0),
+        # Bounded waits on a half-open link (a peer gone without a FIN or RST, a blackholing
+        # middlebox): each side pings every KEEPALIVE_TIME_MS while the connection is idle or
+        # busy, and drops it when a ping is not answered within KEEPALIVE_TIMEOUT_MS; the calls
+        # on it fail with UNAVAILABLE. Servers accept the clients' pings at that cadence.
+        ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
+        ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+        ("grpc.http2.ping_timeout_ms", KEEPALIVE_TIMEOUT_MS),  # grpc-core's own ping timeout: 60 s
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.max_pings_without_data", 0),
+        ("grpc.http2.min_recv_ping_interval_without_data_ms", KEEPALIVE_TIME_MS // 2),
+        ("grpc.http2.max_ping_strikes", 0),
     ]
 
 
@@ -98,12 +113,16 @@ def tls_channel_credentials(security: SecurityConfig) -> grpc.ChannelCredentials
 
 
 def aio_channel(
-    addr: str, security: SecurityConfig | None = None, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    addr: str,
+    security: SecurityConfig | None = None,
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    token: str | None = None,
 ) -> grpc.aio.Channel:
-    """An asyncio channel to ``addr`` (host:port), TLS when configured."""
+    """An asyncio channel to ``addr`` (host:port), TLS when configured; it presents ``token``
+    (default: the cluster token of this process, if any)."""
     options = channel_options(max_message_bytes)
     creds = channel_credentials(security) if security else None
-    interceptors = client_interceptors() or None  # the cluster token, when this process has one
+    interceptors = client_interceptors(token) or None
     if creds is None:
         return grpc.aio.insecure_channel(addr, options=options, interceptors=interceptors)
     return grpc.aio.secure_channel(addr, creds, options=options, interceptors=interceptors)

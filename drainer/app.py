@@ -289,9 +289,12 @@ async def _run_until_stopped(
         if stop.is_set() or drainer.closing.is_set():
             log.info("stopping: writing what is built, flushing, saving the checkpoint")
         drainer.syncer.stop()
-        # SIGTERM within seconds: a checkpoint save being retried (target unreachable) gives up;
-        # the checkpoint stays at the last position saved.
-        interrupt(checkpoint)
+        # The final flush and checkpoint save run first, on connections still open; only a syncer
+        # busy after STOP_GRACE (a save retried against an unreachable target) is interrupted, so
+        # SIGTERM still ends within seconds and the checkpoint stays at the last position saved.
+        await asyncio.wait({syncing}, timeout=STOP_GRACE)
+        if not syncing.done():
+            interrupt(checkpoint)
     try:
         await syncing
     except BridgeError as exc:

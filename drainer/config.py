@@ -152,7 +152,13 @@ class DrainerConfig(NodeAddressing):
 
     addr: str = field(default=DEFAULT_ADDR, metadata={"help": "gRPC listen address host:port (Notify)"})
     advertise_addr: str = field(default="", metadata={"help": "address pumps dial; default addr"})
-    node_id: str = field(default="", metadata={"help": "registry id; default drainer-<advertise-addr>"})
+    node_id: str = field(
+        default="",
+        metadata={
+            "help": "registry id, unique in the cluster (a second live one is refused); "
+            "default drainer-<advertise-addr>"
+        },
+    )
     meta: str = field(
         default=DEFAULT_META, metadata={"help": "meta service members host:port, comma-separated"}
     )

@@ -63,7 +63,8 @@ PULLED_MESSAGES = Counter(
 ERRORS = Counter(
     "bridge_drainer_errors_total",
     "Errors by where they happened: pull, spill (the spill-dir could not take a chunked transaction's "
-    "parts; retried), registry, heartbeat, sink (retried), fatal (stopped the drainer), http",
+    "parts; retried), registry, heartbeat, sink (retried), checkpoint (a save that may pass: retried at the "
+    "next interval), fatal (stopped the drainer), http",
     ["where"],
 )
 SINK_WRITE_SECONDS = Histogram(

@@ -29,6 +29,7 @@ from typing import Any, Protocol
 import grpc
 
 from bridge.errors import MetaError
+from bridge.meta.register import register_owned
 from bridge.proto import drainer_pb2, drainer_pb2_grpc, meta_pb2
 from drainer import metrics
 
@@ -103,8 +104,14 @@ class DrainerNode:
         )
 
     async def start(self) -> None:
-        """Register ONLINE (raises MetaError if the registry refuses) and keep heartbeating."""
-        await self._beat(raise_errors=True)
+        """Register ONLINE (raises MetaError if the registry refuses, NodeIdTaken when another
+        live drainer holds the node id) and keep heartbeating."""
+        await register_owned(
+            lambda: self._beat(raise_errors=True),
+            self.node_id,
+            self.settings.ttl_ms / 1000,
+            self.settings.heartbeat_interval,
+        )
         self._task = asyncio.create_task(self._loop(), name="drainer-heartbeat")
         log.info("drainer %s registered online at %s", self.node_id, self.settings.addr)
 

@@ -18,7 +18,10 @@ seconds to finish, pull streams are ended, and the storage is closed cleanly.
 
 Fake binlogs: every ``fake-binlog-interval`` the pump writes a fake binlog
 with a fresh TSO timestamp, in every state but OFFLINE, so an idle pump's
-watermark keeps moving and no drainer waits on it.
+watermark keeps moving and no drainer waits on it. A tick is skipped when a
+Commit moved the pump's highest commit_ts since the last tick: the pump is
+not idle, its watermark moves with its own traffic (a fake would cost a
+GetTimestamps call and a group commit for nothing).
 """
 
 from __future__ import annotations
@@ -82,11 +85,15 @@ class FakeBinlogTicker:
         return ts
 
     async def run(self) -> None:
+        seen = self._storage.max_commit_ts
         while True:
             await asyncio.sleep(self._interval)
-            if self._node.state is not PumpState.OFFLINE:
+            latest = self._storage.max_commit_ts
+            if latest > seen:  # real commits came since the last tick: not idle
+                seen = latest
+            elif self._node.state is not PumpState.OFFLINE:
                 try:
-                    await self.write_one()
+                    seen = max(await self.write_one(), self._storage.max_commit_ts)
                 except (MetaError, StorageError) as exc:
                     self._report(exc)
             metrics.STORAGE_BYTES.set(self._storage.size_bytes)
@@ -176,7 +183,12 @@ async def serve(config: PumpConfig, stop: asyncio.Event, ready: Ready = print_re
         node = _build_node(config, cluster_id, port, meta, storage)
         guard = TimestampGuard(meta.get_timestamp, config.timestamp_slack)
         service = PumpService(
-            cluster_id, node, storage, max_message_bytes=config.max_message_size, guard=guard
+            cluster_id,
+            node,
+            storage,
+            max_message_bytes=config.max_message_size,
+            guard=guard,
+            pull_interval=config.pull_interval,
         )
         add_to_server(service, server)
         await server.start()

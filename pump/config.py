@@ -125,7 +125,13 @@ class PumpConfig(NodeAddressing):
     advertise_addr: str = field(
         default="", metadata={"help": "address producers and drainers dial; default addr"}
     )
-    node_id: str = field(default="", metadata={"help": "registry id; default pump-<advertise-addr>"})
+    node_id: str = field(
+        default="",
+        metadata={
+            "help": "registry id, unique in the cluster (a second live one is refused); "
+            "default pump-<advertise-addr>"
+        },
+    )
     label: str = field(default="", metadata={"help": "registry label"})
     meta: str = field(
         default=DEFAULT_META, metadata={"help": "meta service members host:port, comma-separated"}
@@ -145,6 +151,14 @@ class PumpConfig(NodeAddressing):
     fake_binlog_interval: float = field(
         default=0.2,
         metadata={"duration": True, "help": "period of fake binlogs (watermarks) on an idle pump"},
+    )
+    pull_interval: float = field(
+        default=0.01,
+        metadata={
+            "duration": True,
+            "help": "a pull stream reads and sends new binlogs at most this often: one that comes "
+            "sooner after the last read waits for the rest (an idle stream sends at once); 0 = every change",
+        },
     )
     gc: float = field(
         default=7 * 86400.0,
@@ -228,6 +242,7 @@ class PumpConfig(NodeAddressing):
             "max-txn-timeout": (self.max_txn_timeout, 0.05, 7 * 86400.0),
             "fake-binlog-interval": (self.fake_binlog_interval, 0.01, 60.0),
             "timestamp-slack": (self.timestamp_slack, 0.0, 3600.0),
+            "pull-interval": (self.pull_interval, 0.0, 1.0),
         }
         for key, (value, low, high) in ranges.items():
             if not low <= value <= high:

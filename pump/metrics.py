@@ -46,6 +46,14 @@ WRITE_BATCH_SIZE = Histogram(
     "Binlogs per group commit (one fsync)",
     buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096),
 )
+WRITE_CALLS = Counter(
+    "bridge_pump_write_calls_total",
+    "WriteBinlog and WriteBinlogs calls this pump answered (one gRPC call each, any number of binlogs)",
+)
+FSYNCS = Counter(
+    "bridge_pump_storage_fsyncs_total",
+    "fdatasync calls of the value log's group commits (none while storage.sync is off)",
+)
 WRITES_IN_FLIGHT = Gauge(
     "bridge_pump_writes_in_flight",
     "Writes admitted and not yet acknowledged",
@@ -55,6 +63,10 @@ PULL_ENTITIES = Counter(
     "Entities streamed to drainers by PullBinlogs, by kind (binlog, chunk: a part of a chunked "
     "transaction, watermark)",
     ["kind"],
+)
+PULL_MESSAGES = Counter(
+    "bridge_pump_pull_messages_total",
+    "PullBinlogs stream messages sent to drainers (each carries one or more entities)",
 )
 PULL_STREAMS = Gauge(
     "bridge_pump_pull_streams",

@@ -35,7 +35,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from bridge.errors import MetaError, UserError
+from bridge.errors import MetaError, NodeIdTaken, UserError
+from bridge.meta.register import register_owned
 from bridge.proto import meta_pb2
 from pump import metrics
 from pump.admission import REGISTRY_STATE, PumpState, WriteGate, WriteRefused
@@ -201,11 +202,20 @@ class PumpNode:
     async def start(self) -> None:
         """Register, join if needed, go online and keep heartbeating.
 
-        Raises :class:`JoinFailed` (the pump is then registered OFFLINE) or
-        :class:`bridge.errors.MetaError` when the registry cannot be read.
+        Raises :class:`JoinFailed` (the pump is then registered OFFLINE),
+        :class:`bridge.errors.MetaError` when the registry cannot be read, or
+        :class:`bridge.errors.NodeIdTaken` when another live pump holds the node id.
         """
         previous = await self._previous_state()
         self.disk.check()
+        # a pump that was online registers online again (no join phase), before it goes online here
+        state = meta_pb2.ONLINE if previous == meta_pb2.ONLINE else None
+        await register_owned(
+            lambda: self._register_once(state),
+            self.node_id,
+            self.settings.ttl_ms / 1000,
+            self.settings.heartbeat_interval,
+        )
         self._tasks = [asyncio.create_task(self._heartbeat_loop()), asyncio.create_task(self._disk_loop())]
         if previous == meta_pb2.ONLINE:
             log.info("pump %s was online before: going online without a new Notify", self.node_id)
@@ -387,6 +397,22 @@ class PumpNode:
         metrics.WATERMARK.set(status.max_commit_ts)
         metrics.UNPAIRED_PREWRITES.set(self._storage.unpaired_count)
         metrics.MAX_COMMIT_TS.set(self._storage.max_commit_ts)
+
+    async def _register_once(self, state: meta_pb2.NodeState | None) -> bool:
+        """One try of the first registration (in ``state``, default the current one): False
+        (logged) when the registry did not answer."""
+        async with self._heartbeat_lock:
+            status = self._status()
+            if state is not None:
+                status.state = state
+            try:
+                await self._registry.heartbeat(status, self.settings.cluster_id)
+            except NodeIdTaken:
+                raise
+            except MetaError as exc:
+                log.warning("pump %s: registering failed, retrying: %s", self.node_id, exc)
+                return False
+        return True
 
     async def _heartbeat_until_registered(self) -> None:
         while True:

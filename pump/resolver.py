@@ -33,6 +33,7 @@ from typing import Any, Protocol
 import pymysql
 import pymysql.err
 
+from bridge import mysql
 from bridge.dsn import Dsn, parse_dsn, parse_mysql_dsn
 from bridge.errors import ConfigError
 from bridge.retry import Backoff
@@ -45,17 +46,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_TABLE = "bridge_txn_status"
 
-# MySQL client/server error codes after which a fresh connection may succeed.
-_RETRIABLE_CODES = {
-    1040,  # too many connections
-    1205,  # lock wait timeout
-    1213,  # deadlock
-    2002,  # can't connect through socket
-    2003,  # can't connect to server
-    2006,  # server has gone away
-    2013,  # lost connection during query
-    2055,  # lost connection (system error)
-}
 _NO_SUCH_TABLE = 1146
 _ERROR_LOG_EVERY = 30.0  # seconds between repeats of the same resolver error in the log
 _NO_SUCH_DATABASE = 1049
@@ -124,13 +114,8 @@ class MySQLStatusResolver:
         self._executor.shutdown(wait=True)
 
     def _connect(self) -> Any:
-        return self.dsn.connect(
-            connect_timeout=self._timeout,
-            password=self._password,
-            read_timeout=self._timeout,
-            write_timeout=self._timeout,
-            autocommit=True,
-        )
+        timeouts = mysql.MySQLTimeouts(self._timeout, self._timeout, self._timeout)
+        return mysql.connect(self.dsn, timeouts, password=self._password, autocommit=True)
 
     def _disconnect(self) -> None:
         conn, self._conn = self._conn, None
@@ -148,7 +133,7 @@ class MySQLStatusResolver:
             with self._conn.cursor() as cursor:
                 # The table name is validated config (a plain identifier), never input.
                 cursor.execute(
-                    f"SELECT commit_ts FROM `{self._table}` WHERE start_ts = %s",  # noqa: S608
+                    f"SELECT commit_ts FROM {mysql.quote_identifier(self._table)} WHERE start_ts = %s",  # noqa: S608
                     (start_ts,),
                 )
                 row = cursor.fetchone()
@@ -169,7 +154,7 @@ class MySQLStatusResolver:
                 f"database `{self.dsn.database}` does not exist in the upstream {self.dsn}"
             )
         self._disconnect()
-        if code in _RETRIABLE_CODES or isinstance(exc, pymysql.err.InterfaceError):
+        if mysql.is_retriable(exc):
             return ResolverUnavailable(f"upstream {self.dsn} unreachable: {exc}")
         return ResolverError(f"status lookup in {self.dsn} failed: {exc}")
 

@@ -113,7 +113,7 @@ class BinlogStore(Protocol):
     async def write(self, binlogs: Sequence[tuple[binlog_pb2.Binlog, bytes]]) -> None: ...
 
     def pull(
-        self, after_commit_ts: int, *, max_entries: int = ..., max_bytes: int = ...
+        self, after_commit_ts: int, *, max_entries: int = ..., max_bytes: int = ..., interval: float = ...
     ) -> AsyncIterator[list[PullItem]]: ...
 
 
@@ -172,8 +172,10 @@ class PumpService:
         *,
         max_message_bytes: int,
         guard: TimestampGuard | None = None,
+        pull_interval: float = 0.0,
     ) -> None:
         self._cluster_id = cluster_id
+        self._pull_interval = pull_interval
         self._guard = guard
         self._admission = admission
         self._storage = storage
@@ -195,6 +197,7 @@ class PumpService:
         self, request: pump_pb2.WriteBinlogReq, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pump_pb2.WriteBinlogResp:
         await refuse_bad_request(request, context)
+        _WRITE_CALLS.inc()
         problem = self._cluster_problem(request.clusterID)
         if problem:
             metrics.WRITES.labels("unknown", "refused").inc()
@@ -215,6 +218,7 @@ class PumpService:
         self, request: pump_pb2.WriteBinlogsReq, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pump_pb2.WriteBinlogsResp:
         await refuse_bad_request(request, context)
+        _WRITE_CALLS.inc()
         problem = self._cluster_problem(request.clusterID)
         if problem:
             metrics.WRITES.labels("unknown", "refused").inc(len(request.payloads))
@@ -380,6 +384,7 @@ class PumpService:
         try:
             async for items in self._batches(after):
                 for response in pack_responses(self._entities(items), self._message_limit):
+                    _PULL_MESSAGES.inc()
                     yield response
         except StorageError as exc:
             metrics.ERRORS.labels("storage").inc()
@@ -392,7 +397,9 @@ class PumpService:
 
     async def _batches(self, after: int) -> AsyncIterator[list[PullItem]]:
         """The storage's pull batches until it ends or :meth:`end_pulls` is called."""
-        source = self._storage.pull(after, max_entries=PULL_MAX_ENTRIES, max_bytes=PULL_MAX_BYTES)
+        source = self._storage.pull(
+            after, max_entries=PULL_MAX_ENTRIES, max_bytes=PULL_MAX_BYTES, interval=self._pull_interval
+        )
         stopping = asyncio.ensure_future(self._stopping.wait())
         try:
             while True:
@@ -433,6 +440,8 @@ class PumpService:
         self._stopping.set()
 
 
+_WRITE_CALLS = metrics.WRITE_CALLS
+_PULL_MESSAGES = metrics.PULL_MESSAGES
 _WRITE_SECONDS = {kind: metrics.WRITE_SECONDS.labels(kind) for kind in _KINDS.values()}
 _PULLED_BINLOGS = metrics.PULL_ENTITIES.labels("binlog")
 _PULLED_WATERMARKS = metrics.PULL_ENTITIES.labels("watermark")

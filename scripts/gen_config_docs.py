@@ -104,11 +104,30 @@ SECTIONS: list[tuple[str, str, str, str]] = [
         "Guide: [capture.md](capture.md). Example: [examples/capture.toml](examples/capture.toml).",
     ),
     (
+        "MySQL connections",
+        "bridge.mysql:MySQLTimeouts",
+        "the `?connect_timeout=`, `?read_timeout=` and `?write_timeout=` parameters (seconds) of any "
+        "`mysql://` DSN",
+        "The bounded waits of every MySQL client of the product: the mysql sink, checkpoint and relay, "
+        "the pump's resolver, the producers, `capture`, `diff` and `consume --apply`. These are the "
+        "defaults of a client that sets none of its own (the mysql sink's and checkpoint's keys above, "
+        "the resolver's `timeout`); a DSN parameter overrides both. A read timeout turns a downstream "
+        "that stops answering (a half-open link) into a retried error instead of a hang.",
+    ),
+    (
         "Pump client (producers)",
         "bridge.pumpclient.config:PumpClientConfig",
         "a `[pump-client]` table in a producer's TOML, or `PumpClientConfig(...)` in code",
         "How a producer routes, retries, probes and batches binlogs. "
         "Example: [examples/pump-client.toml](examples/pump-client.toml).",
+    ),
+    (
+        "python -m spark_consumers index / snapshot",
+        "spark_consumers.config:JobSettings",
+        "`python -m spark_consumers index --config job.toml`; flags (same names) override the file",
+        "The Spark jobs over the change topics. Besides these keys, the tables `[text-fields]` "
+        "(full-text columns per `db.table`), `[kafka]` (librdkafka settings) and `[spark]` (Spark "
+        "settings) take keys of your own. Guide: [spark-consumers.md](spark-consumers.md).",
     ),
 ]
 

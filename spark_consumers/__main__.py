@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import sys
 from pathlib import Path
 from typing import Any
 
 from bridge.errors import UserError
+from spark_consumers.source.kafka import BrokerError
 
 
 def _job_flags(parser: argparse.ArgumentParser, output: str) -> None:
@@ -26,6 +28,9 @@ def _job_flags(parser: argparse.ArgumentParser, output: str) -> None:
     parser.add_argument("--max-offsets-per-trigger", dest="max-offsets-per-trigger", type=int,
                         help="offsets per micro-batch (200000; 0: no bound)")  # fmt: skip
     parser.add_argument("--master", help="local[2] (default), spark://host:7077")
+    if output == "index":
+        parser.add_argument("--shards", type=int,
+                            help="index shards at creation (default: Spark's parallelism)")  # fmt: skip
     parser.add_argument("--source", choices=["python", "kafka"],
                         help="python: this project's data source (default); kafka: Spark's own")  # fmt: skip
 
@@ -51,28 +56,62 @@ def parser() -> argparse.ArgumentParser:
 def run_job(kind: str, args: argparse.Namespace) -> int:
     from spark_consumers.config import build_config, load_toml
     from spark_consumers.jobs import StopFlag, run
-    from spark_consumers.session import spark_session
+    from spark_consumers.session import driver_logging, logging_option, spark_session
 
     flags: dict[str, Any] = {
         k: v
         for k, v in vars(args).items()
-        if "-" in k or k in ("topics", "master", "source", "checkpoint", kind)
+        if "-" in k or k in ("topics", "master", "source", "checkpoint", "shards", kind)
     }
     config = build_config(kind, flags, load_toml(args.config) if args.config else {})
-    spark = spark_session(config.master, f"bridge-{kind}", config.spark_conf)
+    conf = dict(config.spark_conf)
+    properties = None
+    log_file = Path(f"{config.checkpoint}.spark.log")
+    console = args.log_level.lower() in ("debug", "info")  # Spark's own log in the terminal too
+    if "spark.driver.extraJavaOptions" not in conf:  # the user's own JVM options win
+        properties = driver_logging(log_file, "info" if console else "warn", console)
+        conf.update(logging_option(properties))
+    try:
+        spark = spark_session(config.master, f"bridge-{kind}", conf, None if console else log_file)
+    finally:
+        if properties is not None:
+            properties.unlink(missing_ok=True)  # read once, at the JVM's start
     stop = StopFlag()
     stop.install()  # after the session: SparkContext installs a SIGINT handler of its own
     try:
         return run(spark, config, stop)
+    except Exception as exc:  # noqa: BLE001 - Spark's failures come as py4j/pyspark errors of many kinds
+        message, status = failure(exc)
+        print(f"error: {message} (Spark's log: {log_file})", file=sys.stderr)
+        return status
     finally:
         spark.stop()
+
+
+# the project's exit-code convention (docs/operations.md)
+EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 1, 2, 3
+_STATUS = {"BrokerError": EXIT_UNREACHABLE, "DecodeError": EXIT_FAILED}
+_OUR_ERROR = re.compile(r"\b(BrokerError|ConfigError|UserError|SchemaError|DecodeError): ([^\n]+)")
+
+
+def failure(exc: BaseException) -> tuple[str, int]:
+    """A failed query as one line and an exit status: the cause our code raised, wherever Spark
+    wrapped it (a driver-side source call or a task), else the first line Spark gives."""
+    text = str(exc)
+    found = _OUR_ERROR.search(text)
+    if found is not None:
+        return found.group(2).strip(), _STATUS.get(found.group(1), EXIT_USAGE)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return (lines[0][:400] if lines else type(exc).__name__), EXIT_FAILED
 
 
 def run_bench(options: list[str]) -> int:
     """``bench spark`` without the binlog-bridge front door: the same JSON last line."""
     import json
 
-    from bench import spark as bench_spark
+    from bridge.cli.bench import load_benchmark
+
+    bench_spark = load_benchmark("spark")  # registered by bench/ (pyproject entry points)
 
     bench_parser = argparse.ArgumentParser(
         prog="python -m spark_consumers bench", description=bench_spark.__doc__
@@ -105,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2  # unreachable: bench was handled before parsing
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_UNREACHABLE if isinstance(exc, BrokerError) else EXIT_USAGE
 
 
 if __name__ == "__main__":

@@ -1,7 +1,10 @@
 """Job settings: flags, or a TOML file whose keys are the flags' names (``--config job.toml``).
 
-Flags given on the command line win over the file. Errors name the key
-(``index: required``, ``trigger-interval: not a duration``).
+Flags given on the command line win over the file. Keys are checked by
+:func:`bridge.config.build` as every other config of the project: a misspelled
+key is refused with a hint (``chekpoint: unknown key (did you mean
+'checkpoint'?)``), durations take the one grammar (``500ms``, ``2s``, ``1m``),
+errors name the key (``index: required``).
 
 ::
 
@@ -23,25 +26,49 @@ Flags given on the command line win over the file. Errors name the key
 
 from __future__ import annotations
 
-import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from bridge.config import build, parse_duration
 from bridge.errors import ConfigError
 
-# a micro-batch is collected on the driver: bound it by default (0 = no bound)
+__all__ = ["DEFAULT_MAX_OFFSETS", "JobConfig", "JobSettings", "build_config", "load_toml", "parse_duration"]
+
+# the snapshot job collects a micro-batch on the driver: bound it by default (0 = no bound)
 DEFAULT_MAX_OFFSETS = 200_000
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m)?\s*$")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, None: 1.0}
+FREE_TABLES = ("text-fields", "kafka", "spark")  # tables whose keys are the user's, not ours
 
 
-def parse_duration(text: str, key: str) -> float:
-    found = _DURATION.match(str(text))
-    if found is None:
-        raise ConfigError(f"{key}: not a duration like 2s or 500ms: {text!r}")
-    return float(found.group(1)) * _UNITS[found.group(2)]
+@dataclass
+class JobSettings:
+    """The keys of a job's TOML file (and flags), as :func:`bridge.config.build` checks them."""
+
+    bootstrap_servers: str = field(default="", metadata={"help": "Kafka bootstrap servers (required)"})
+    topics: list[str] | str = field(
+        default_factory=list, metadata={"help": "topic names or globs; a list or comma-separated (required)"}
+    )
+    schema_registry_url: str = field(
+        default="", metadata={"help": "Confluent wire format; empty: single-object"}
+    )
+    index: str = field(default="", metadata={"help": "the index folder (index job)"})
+    snapshot: str = field(default="", metadata={"help": "the snapshot folder (snapshot job)"})
+    checkpoint: str = field(default="", metadata={"help": "Spark's checkpoint folder (required)"})
+    trigger_interval: float = field(default=2.0, metadata={"duration": True, "help": "micro-batch interval"})
+    available_now: bool = field(default=False, metadata={"help": "apply what is there now, then stop"})
+    max_offsets_per_trigger: int = field(
+        default=DEFAULT_MAX_OFFSETS, metadata={"help": "offsets per micro-batch; 0: no bound"}
+    )
+    master: str = field(default="local[2]", metadata={"help": "Spark master: local[2], spark://host:7077"})
+    shards: int = field(default=0, metadata={"help": "index shards at creation; 0: Spark's parallelism"})
+    source: Literal["python", "kafka"] = field(
+        default="python", metadata={"help": "python: this project's data source; kafka: Spark's own"}
+    )
+
+    def validate(self) -> None:
+        if self.max_offsets_per_trigger < 0 or self.shards < 0:
+            raise ConfigError("max-offsets-per-trigger / shards: cannot be negative")
 
 
 @dataclass
@@ -58,6 +85,7 @@ class JobConfig:
     trigger_interval: float = 2.0
     max_offsets_per_trigger: int = 0
     master: str = "local[2]"
+    shards: int = 0  # index shards when the index is created; 0: the session's default parallelism
     source: str = "python"
     text_fields: dict[str, list[str]] = field(default_factory=dict)
     kafka: dict[str, str] = field(default_factory=dict)
@@ -81,43 +109,37 @@ def load_toml(path: Path) -> dict[str, Any]:
 
 
 def _table(settings: dict[str, Any], key: str) -> dict[str, Any]:
-    value = settings.get(key, {})
+    value = settings.pop(key, {})
     if not isinstance(value, dict):
-        raise ConfigError(f"{key}: must be a table")
+        raise ConfigError(f"{key}: must be a table [{key}]")
     return value
 
 
 def build_config(kind: str, flags: dict[str, Any], file_settings: dict[str, Any]) -> JobConfig:
-    """Flags (argparse names with ``-``) over the file's settings; checks what is required."""
+    """Flags (argparse names with ``-``) over the file's settings; checks keys, values, what is required."""
     merged = {**file_settings, **{k: v for k, v in flags.items() if v is not None}}
+    free = {key: _table(merged, key) for key in FREE_TABLES}
+    settings = build(JobSettings, merged)
     output_key = "index" if kind == "index" else "snapshot"
     for key in ("bootstrap-servers", "topics", output_key, "checkpoint"):
-        if not merged.get(key):
+        if not getattr(settings, key.replace("-", "_")):
             raise ConfigError(f"{key}: required (flag --{key} or the --config file)")
-    topics = merged["topics"]
-    topics = [t.strip() for t in topics.split(",")] if isinstance(topics, str) else [str(t) for t in topics]
-    text_fields = {str(t): [str(c) for c in cols] for t, cols in _table(merged, "text-fields").items()}
-    interval = merged.get("trigger-interval", "2s")
-    try:
-        max_offsets = int(merged.get("max-offsets-per-trigger", DEFAULT_MAX_OFFSETS))
-    except (TypeError, ValueError):
-        raise ConfigError("max-offsets-per-trigger: not an integer") from None
-    source = str(merged.get("source", "python"))
-    if source not in ("python", "kafka"):
-        raise ConfigError(f"source: python or kafka, not {source!r}")
+    topics = settings.topics
+    topics = [t.strip() for t in topics.split(",") if t.strip()] if isinstance(topics, str) else topics
     return JobConfig(
         kind=kind,
-        bootstrap_servers=str(merged["bootstrap-servers"]),
+        bootstrap_servers=settings.bootstrap_servers,
         topics=topics,
-        output=Path(merged[output_key]),
-        checkpoint=Path(merged["checkpoint"]),
-        schema_registry_url=str(merged.get("schema-registry-url") or ""),
-        available_now=bool(merged.get("available-now", False)),
-        trigger_interval=parse_duration(interval, "trigger-interval"),
-        max_offsets_per_trigger=max_offsets,
-        master=str(merged.get("master", "local[2]")),
-        source=source,
-        text_fields=text_fields,
-        kafka={str(k): str(v) for k, v in _table(merged, "kafka").items()},
-        spark_conf={str(k): str(v) for k, v in _table(merged, "spark").items()},
+        output=Path(getattr(settings, output_key)),
+        checkpoint=Path(settings.checkpoint),
+        schema_registry_url=settings.schema_registry_url,
+        available_now=settings.available_now,
+        trigger_interval=settings.trigger_interval,
+        max_offsets_per_trigger=settings.max_offsets_per_trigger,
+        master=settings.master,
+        shards=settings.shards,
+        source=settings.source,
+        text_fields={str(t): [str(c) for c in cols] for t, cols in free["text-fields"].items()},
+        kafka={str(k): str(v) for k, v in free["kafka"].items()},
+        spark_conf={str(k): str(v) for k, v in free["spark"].items()},
     )

@@ -1,11 +1,15 @@
 """The index and snapshot jobs: Structured Streaming with ``foreachBatch``.
 
-Each micro-batch is collected to the driver as Arrow, reduced to the latest
-change per document (:mod:`spark_consumers.latest`) and applied by the
-driver to the tantivy index or the Parquet snapshot, which commits before
-``foreachBatch`` returns, hence before Spark records the batch as done in
-the checkpoint. A restart resumes from the checkpoint; a batch that was
-applied but not recorded is applied again, which changes nothing.
+The index job's micro-batch runs as Spark tasks (:mod:`spark_consumers.index.tasks`):
+rows are shuffled by document id into one partition per index shard, and each
+shard task reduces and applies its part and commits; the driver only plans and
+collects one summary row per shard. The snapshot job collects each micro-batch
+to the driver as Arrow, reduces it to the latest change per document
+(:mod:`spark_consumers.latest`) and rewrites the touched tables' files. Either
+way the output is committed before ``foreachBatch`` returns, hence before Spark
+records the batch as done in the checkpoint. A restart resumes from the
+checkpoint; a batch that was applied but not recorded is applied again, which
+changes nothing.
 
 ``run`` prints one progress line per micro-batch to stderr and stops after
 the current batch on SIGTERM or SIGINT (or, with ``--available-now``, once
@@ -21,22 +25,23 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from spark_consumers.config import JobConfig
+from spark_consumers.index import tasks
 from spark_consumers.index.search import live_documents
+from spark_consumers.index.shards import create_or_open, open_shards
 from spark_consumers.index.store import ChangeIndex
-from spark_consumers.latest import ROW_OPS, Version, latest_per_document, newest_columns
+from spark_consumers.latest import ddl_columns, latest_per_document, newest_columns
 from spark_consumers.snapshot import Snapshot
 from spark_consumers.source import offsets
 
 log = logging.getLogger(__name__)
 
 COLUMNS = ["db", "table", "op", "key", "before", "after", "types", "commit_ts", "position"]
-SCHEMA_DDL_KINDS = frozenset({"CREATE_TABLE", "ALTER_TABLE", "RENAME_TABLE", "TRUNCATE_TABLE"})
 
 
 @dataclass
@@ -48,28 +53,63 @@ class BatchStats:
     max_commit_ts: int
     size: str
     collect_seconds: float = 0.0  # Spark reading and decoding the batch, and its rows to the driver
+    shards: list[dict[str, Any]] = field(default_factory=list)  # the shard tasks' summaries
 
 
 class BatchHandler:
-    """The ``foreachBatch`` function of a job; keeps each batch's stats for the progress line."""
+    """The ``foreachBatch`` function of a job; keeps each batch's stats for the progress line.
 
-    def __init__(self, config: JobConfig) -> None:
+    With ``spark`` an index job writes the sharded index through shard tasks; without it
+    (``bench spark``'s one-process loop) :meth:`apply` writes one shard on the caller's thread."""
+
+    def __init__(self, config: JobConfig, spark: Any = None) -> None:
         self.config = config
         self.in_batch = threading.Event()
         self.stats: dict[int, BatchStats] = {}
-        self.index = ChangeIndex(config.output, config.text_fields) if config.kind == "index" else None
+        self.index: ChangeIndex | None = None
+        self.paths: list[Path] = []
+        self.routes: list[int] = []
+        if config.kind == "index" and spark is not None:
+            self.paths = create_or_open(config.output, config.shards or spark.sparkContext.defaultParallelism)
+            self.routes = tasks.routing_values(spark, len(self.paths))
+        elif config.kind == "index":
+            self.index = ChangeIndex(config.output, config.text_fields)
         self.snapshot = Snapshot(config.output) if config.kind == "snapshot" else None
 
     def __call__(self, frame: Any, batch_id: int) -> None:
         self.in_batch.set()
         try:
             started = time.monotonic()
+            if self.paths:
+                self.stats[batch_id] = self.apply_sharded(frame, started)
+                return
             rows = frame.select(*COLUMNS).toArrow().to_pylist()
             collected = time.monotonic()
             self.stats[batch_id] = self.apply(rows, collected)
             self.stats[batch_id].collect_seconds = collected - started
         finally:
             self.in_batch.clear()
+
+    def apply_sharded(self, frame: Any, started: float) -> BatchStats:
+        """One batch through the shard tasks; only their summaries come to the driver."""
+        from pyspark.sql.types import IntegerType
+
+        n = len(self.paths)
+        changes = frame.select(*COLUMNS)
+        routed = changes.schema.add("_shard", IntegerType()).add("_route", IntegerType())
+        writer = tasks.shard_writer([str(p) for p in self.paths], self.config.text_fields)
+        plan = changes.mapInArrow(tasks.router(n, self.routes), routed).repartition(n, "_route")
+        summaries = [row.asDict() for row in plan.mapInArrow(writer, tasks.SUMMARY_SCHEMA).collect()]
+        megabytes = sum(folder_bytes(p) for p in self.paths if p.exists()) / 1e6
+        return BatchStats(
+            rows=max([0, *(s["rows"] for s in summaries)]),
+            put=sum(s["put"] for s in summaries),
+            deleted=sum(s["deleted"] for s in summaries),
+            seconds=time.monotonic() - started,
+            max_commit_ts=max([0, *(s["max_commit_ts"] for s in summaries)]),
+            size=f"{live_documents(open_shards(self.config.output))} documents ({megabytes:.1f} MB)",
+            shards=summaries,
+        )
 
     def apply(self, rows: list[dict[str, Any]], started: float) -> BatchStats:
         """Reduce and apply one batch's change rows (also the plain-loop path of ``bench spark``)."""
@@ -96,19 +136,6 @@ class BatchHandler:
 def folder_bytes(path: Path) -> int:
     """Bytes of the files directly in ``path`` (a tantivy index keeps its segments flat)."""
     return sum(entry.stat().st_size for entry in os.scandir(path) if entry.is_file())
-
-
-def ddl_columns(rows: list[dict[str, Any]]) -> dict[str, tuple[str, Version]]:
-    """table -> (column kinds, version) of the batch's DDL that leave a table's columns behind."""
-    out: dict[str, tuple[str, Version]] = {}
-    for row in rows:
-        if row["op"] in ROW_OPS or row["op"] not in SCHEMA_DDL_KINDS or row["types"] in ("{}", None):
-            continue
-        version = (int(row["commit_ts"]), int(row["position"]))
-        name = f"{row['db']}.{row['table']}"
-        if name not in out or out[name][1] < version:
-            out[name] = (row["types"], version)
-    return out
 
 
 def stream(spark: Any, config: JobConfig) -> Any:
@@ -156,7 +183,11 @@ def progress_line(progress: dict[str, Any], stats: BatchStats | None) -> str:
     )
     if stats is not None:
         line += f", put {stats.put}, deleted {stats.deleted}, {stats.size}, commit_ts {stats.max_commit_ts}"
-        line += f" (read {stats.collect_seconds:.2f}s, apply {stats.seconds:.2f}s)"
+        if stats.shards:
+            cpu = sum(s["cpu_seconds"] for s in stats.shards)
+            line += f" ({len(stats.shards)} shard tasks, apply cpu {cpu:.2f}s)"
+        else:
+            line += f" (read {stats.collect_seconds:.2f}s, apply {stats.seconds:.2f}s)"
     return line
 
 
@@ -175,7 +206,7 @@ class RunningJob:
     def __init__(self, spark: Any, config: JobConfig, stop: StopFlag) -> None:
         self.config = config
         self.stop = stop
-        self.handler = BatchHandler(config)
+        self.handler = BatchHandler(config, spark)
         writer = stream(spark, config).writeStream.foreachBatch(self.handler)
         writer = writer.option("checkpointLocation", str(config.checkpoint)).queryName(
             f"bridge-{config.kind}"
@@ -192,6 +223,14 @@ class RunningJob:
         progress = self.query.lastProgress
         return _offsets((progress.get("sources") or [{}])[0].get("endOffset")) if progress else {}
 
+    def per_executor(self) -> dict[str, int]:
+        """Documents put or deleted by each executor's shard tasks in this run (scale-out shown)."""
+        counts: dict[str, int] = {}
+        for stats in self.handler.stats.values():
+            for shard in stats.shards:
+                counts[shard["executor"]] = counts.get(shard["executor"], 0) + shard["put"] + shard["deleted"]
+        return dict(sorted(counts.items()))
+
     def wait(self, out: Any) -> int:
         """Run until the query ends (available-now), fails (raised), or a stop is requested."""
         try:
@@ -204,6 +243,8 @@ class RunningJob:
             _print_progress(self.query, self.handler, self._shown, out, final=True)
         finally:
             self.handler.close()
+        if any(stats.shards for stats in self.handler.stats.values()):
+            print(f"documents applied per executor: {json.dumps(self.per_executor())}", file=out, flush=True)
         reason = "signal" if self.stop.requested else "all available data applied"
         print(f"stopped: {reason}", file=out, flush=True)
         return 0

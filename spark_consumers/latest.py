@@ -39,6 +39,7 @@ Version = tuple[int, int]
 _loads = orjson.loads  # the change rows' JSON texts: ~4x the standard library's decoder
 FLOOR_KINDS = frozenset({"DROP_TABLE", "TRUNCATE_TABLE", "DROP_DATABASE", "RENAME_TABLE"})
 ROW_OPS = frozenset({"c", "r", "u", "d"})
+SCHEMA_DDL_KINDS = frozenset({"CREATE_TABLE", "ALTER_TABLE", "RENAME_TABLE", "TRUNCATE_TABLE"})
 
 
 @dataclass(slots=True)  # not frozen: a frozen dataclass's __init__ costs ~1 us more per change
@@ -60,11 +61,15 @@ class Action:
 
 @dataclass(frozen=True, slots=True)
 class Floor:
-    """Documents of ``db.table`` (every table of ``db`` when ``table`` is "") below ``version`` go."""
+    """Documents of ``db.table`` (every table of ``db`` when ``table`` is "") below ``version`` go.
+    A rename's floor names the new table (``to_db``, ``to_table``): the documents move there,
+    at the rename's version, instead of going."""
 
     db: str
     table: str
     version: Version
+    to_db: str = ""
+    to_table: str = ""
 
     def covers(self, db: str, table: str) -> bool:
         return db == self.db and (not self.table or table == self.table)
@@ -84,6 +89,28 @@ def image_digest(image: Mapping[str, Any]) -> str:
     return "#" + blake2b(text.encode("utf-8"), digest_size=8).hexdigest()
 
 
+def document_keys(
+    op: str, key_json: str | None, before_json: str | None, after_json: str | None
+) -> list[str]:
+    """The key parts of the documents a row change touches: the document it puts (or deletes)
+    first, then the old key's document of an update that changed the key. An insert into a keyed
+    table parses only its key (the shard router calls this for every row)."""
+    key = _loads(key_json) if key_json else None
+    if op == "d":
+        if key is not None:
+            return [key_text(list(key.values()))]
+        return [image_digest(_loads(before_json))] if before_json else []
+    if after_json is None:  # a key-only (oversize) change: the row changed, how is unknown
+        return []
+    new = key_text(list(key.values())) if key is not None else image_digest(_loads(after_json))
+    if op == "u" and before_json:
+        before = _loads(before_json)
+        old = image_digest(before) if key is None else key_text([before.get(c) for c in key])
+        if old != new:
+            return [new, old]
+    return [new]
+
+
 def row_actions(
     db: str,
     table: str,
@@ -95,26 +122,13 @@ def row_actions(
     version: Version,
 ) -> list[Action]:
     """The actions of one row change (see the module docstring)."""
-    key = _loads(key_json) if key_json else None
-    prefix = f"{db}/{table}/"
-    if op == "d":
-        if key is not None:
-            part = key_text(list(key.values()))
-        elif before_json:
-            part = image_digest(_loads(before_json))
-        else:
-            return []
-        return [Action(prefix + part, db, table, part, version, None, types)]
-    if after_json is None:  # a key-only (oversize) change: the row changed, how is unknown
+    parts = document_keys(op, key_json, before_json, after_json)
+    if not parts:
         return []
-    after = _loads(after_json)
-    new = key_text(list(key.values())) if key is not None else image_digest(after)
-    out = [Action(prefix + new, db, table, new, version, after, types)]
-    if op == "u" and before_json:
-        before = _loads(before_json)
-        old = image_digest(before) if key is None else key_text([before.get(c) for c in key])
-        if old != new:
-            out.append(Action(prefix + old, db, table, old, version, None, types))
+    prefix = f"{db}/{table}/"
+    image = None if op == "d" or after_json is None else _loads(after_json)
+    out = [Action(prefix + parts[0], db, table, parts[0], version, image, types)]
+    out.extend(Action(prefix + old, db, table, old, version, None, types) for old in parts[1:])
     return out
 
 
@@ -123,7 +137,9 @@ def ddl_floor(db: str, table: str, op: str, before_json: str | None, version: Ve
         return None
     if op == "RENAME_TABLE":
         old = json.loads(before_json) if before_json else {}
-        return Floor(str(old.get("old_db") or db), str(old.get("old_table") or ""), version) if old else None
+        if not old:
+            return None
+        return Floor(str(old.get("old_db") or db), str(old.get("old_table") or ""), version, db, table)
     return Floor(db, "" if op == "DROP_DATABASE" else table, version)
 
 
@@ -154,11 +170,24 @@ def latest_per_document(rows: Iterable[Mapping[str, Any]]) -> BatchChanges:
             held = out.actions.get(act.doc_id)
             if held is None or held.version < act.version:
                 out.actions[act.doc_id] = act
-    for floor in out.floors:  # a floor in the batch also hides the batch's older changes of its table
-        for name, act in list(out.actions.items()):
-            if floor.covers(act.db, act.table) and act.version < floor.version:
-                del out.actions[name]
+    for floor in sorted(out.floors, key=lambda f: f.version):  # in order: t -> t2 -> t3 moves twice
+        _apply_floor(out.actions, floor)
     return out
+
+
+def _apply_floor(actions: dict[str, Action], floor: Floor) -> None:
+    """A floor in the batch hides the batch's older changes of its table; a rename's moves them
+    to the new name at the rename's version, unless a newer change of the new name is there."""
+    for name, act in list(actions.items()):
+        if not floor.covers(act.db, act.table) or act.version >= floor.version:
+            continue
+        del actions[name]
+        if floor.to_table:
+            moved = Action(f"{floor.to_db}/{floor.to_table}/{act.key}", floor.to_db, floor.to_table, act.key,
+                           floor.version, act.image, act.types)  # fmt: skip
+            held = actions.get(moved.doc_id)
+            if held is None or held.version < moved.version:
+                actions[moved.doc_id] = moved
 
 
 def newest_columns(
@@ -171,4 +200,17 @@ def newest_columns(
         held = out.get(act.table_name)
         if held is None or held[1] < act.version:
             out[act.table_name] = (act.types, act.version)
+    return out
+
+
+def ddl_columns(rows: Iterable[Mapping[str, Any]]) -> dict[str, tuple[str, Version]]:
+    """table -> (column kinds, version) of the batch's DDL that leave a table's columns behind."""
+    out: dict[str, tuple[str, Version]] = {}
+    for row in rows:
+        if row["op"] in ROW_OPS or row["op"] not in SCHEMA_DDL_KINDS or row["types"] in ("{}", None):
+            continue
+        version = (int(row["commit_ts"]), int(row["position"]))
+        name = f"{row['db']}.{row['table']}"
+        if name not in out or out[name][1] < version:
+            out[name] = (row["types"], version)
     return out

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from bridge.apps.demo.cluster import PORT_SLOT_ENV
+from tests.support.ports import PORT_SLOT_ENV, install_port_slot
 from tests.support.process import ChildProcess, free_port
 from tests.support.spark import spark  # noqa: F401 (the session-scoped SparkSession fixture)
 
@@ -31,10 +31,11 @@ WORKER_COUNT_ENV = "PYTEST_XDIST_WORKER_COUNT"
 
 if os.environ.get(WORKER_ENV, "").startswith("gw") and os.environ.get(WORKER_COUNT_ENV):
     # Each worker (and every process it starts) hands out only its own ports: two workers
-    # never give the same port to two servers (bridge.apps.demo.cluster.port_slot).
+    # never give the same port to two servers (tests/support/ports.py).
     os.environ.setdefault(
         PORT_SLOT_ENV, f"{int(os.environ[WORKER_ENV][2:])}/{int(os.environ[WORKER_COUNT_ENV])}"
     )
+install_port_slot()
 
 
 SPARK_MARK = re.compile(r"\bmark\.spark\b")

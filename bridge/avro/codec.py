@@ -36,7 +36,7 @@ from fastavro.schema import fingerprint, to_parsing_canonical_form
 
 from bridge.avro import metrics
 from bridge.avro.writer import Fallback, Unsupported, Write, compile_writer
-from bridge.errors import BridgeError, ProtocolError
+from bridge.errors import BridgeError, ProtocolError, Unreachable
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ class SchemaRegistrationError(BridgeError):
     """The schema registry refused a schema (e.g. incompatible with the subject's versions)."""
 
 
-class RegistryUnavailable(BridgeError):
+class RegistryUnavailable(Unreachable):
     """The schema registry could not be reached or failed; retrying may help."""
 
     retriable = True

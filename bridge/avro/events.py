@@ -3,20 +3,31 @@
 ``SOURCE_SCHEMA`` (``bridge.Source``) is embedded in every table's envelope;
 ``DDL_SCHEMA`` (``bridge.DDLEvent``) is the value schema of the DDL topic.
 The files are read from ``schemas/avro/`` of the source tree the package
-runs from (``pip install -e .``): the ``.avsc`` files are the published
-contract and the code uses exactly them.
+runs from (``pip install -e .``), or else from the copy a wheel installs
+under ``<prefix>/share/binlog-bridge/avro`` (pyproject's ``data-files``: the
+Docker images): the ``.avsc`` files are the published contract and the code
+uses exactly them.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
 from bridge import tso
 from bridge.proto import row_pb2
 
-SCHEMA_DIR = Path(__file__).resolve().parents[2] / "schemas" / "avro"
+
+def _schema_dir() -> Path:
+    source_tree = Path(__file__).resolve().parents[2] / "schemas" / "avro"
+    if source_tree.is_dir():
+        return source_tree
+    return Path(sys.prefix) / "share" / "binlog-bridge" / "avro"
+
+
+SCHEMA_DIR = _schema_dir()
 
 
 def load_schema(name: str) -> dict[str, Any]:
@@ -27,7 +38,7 @@ def load_schema(name: str) -> dict[str, Any]:
     except FileNotFoundError:
         raise FileNotFoundError(
             f"Avro schema file {path} is missing: bridge.avro loads schemas/avro/ from the source "
-            "tree it is installed from (pip install -e .)"
+            "tree it is installed from (pip install -e .) or from a wheel's share/binlog-bridge/avro"
         ) from None
     schema = json.loads(text)
     if not isinstance(schema, dict):

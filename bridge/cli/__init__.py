@@ -3,44 +3,48 @@
 Each sub-command lives in its own module and exposes
 ``add_parser(subparsers) -> argparse.ArgumentParser``; the parser's ``func``
 default is called with the parsed arguments and returns the exit status.
-User errors (:class:`bridge.errors.UserError`) print one line, no traceback.
+Every command follows one exit-status convention (docs/operations.md, "Exit
+status and error lines"): 0 success, 1 the work failed or found a difference
+(any other :class:`bridge.errors.BridgeError`), 2 usage or configuration
+error (:class:`bridge.errors.UserError`, argparse), 3 a dependency could not be
+reached (:class:`bridge.errors.Unreachable`), 130 interrupted, 141 standard
+output closed by its reader (``| head``). An error prints one line,
+``binlog-bridge COMMAND: error: MESSAGE``, no traceback (the log gets it at
+debug level).
 The global flags (``--log-level``) are accepted before the sub-command and
 after it, at any depth (``binlog-bridge ctl nodes --log-level debug``).
 
-The kernel's own commands are modules here (:data:`SUBCOMMANDS`). The
-commands of the layers above it (``pump``, ``drainer``, ``replay``) are
-registered in the entry-point group ``binlog_bridge.commands`` of
-pyproject.toml (``pump = "pump.cli:add_parser"``), so ``bridge`` never
-imports them.
+Every command, the kernel's own (``meta``, ``ctl``...) and those of the layers above it
+(``pump``, ``drainer``, ``replay``), is registered in the entry-point group
+``binlog_bridge.commands`` of pyproject.toml (``pump = "pump.cli:add_parser"``), the one way
+plug-ins (sinks, checkpoints, commands, benchmarks) are registered; each is imported when the
+parser is built, and ``bridge`` never names the layers above it.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
+import logging
+import os
+import select
 import sys
 from collections.abc import Sequence
 from importlib.metadata import entry_points
 
 from bridge import __version__
 from bridge.cli.text import plain_help, sub_parsers
-from bridge.errors import BridgeError, UserError
+from bridge.errors import BridgeError, Unreachable, UserError
 from bridge.startup import LOG_LEVELS, configure_logging
 
-COMMANDS_GROUP = "binlog_bridge.commands"  # entry points: name = "module:add_parser"
+log = logging.getLogger(__name__)
 
-# Sub-command name -> module under bridge.cli. Imported lazily so that
-# `binlog-bridge ctl` does not pay for what `binlog-bridge meta` needs.
-SUBCOMMANDS: dict[str, str] = {
-    "meta": "bridge.cli.meta",
-    "ctl": "bridge.cli.ctl",
-    "bench": "bridge.cli.bench",
-    "load": "bridge.cli.load",
-    "diff": "bridge.cli.diff",
-    "demo": "bridge.cli.demo",
-    "consume": "bridge.cli.consume",
-    "capture": "bridge.cli.capture",
-}
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_UNREACHABLE = 3
+EXIT_INTERRUPTED = 130
+EXIT_STDOUT_CLOSED = 141  # 128 + SIGPIPE: what a shell reports for a C tool whose reader went away
+
+COMMANDS_GROUP = "binlog_bridge.commands"  # entry points: name = "module:add_parser"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -51,8 +55,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"binlog-bridge {__version__}")
     parser.add_argument("--log-level", default="info", choices=LOG_LEVELS, help="default: info")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module_name in SUBCOMMANDS.values():
-        importlib.import_module(module_name).add_parser(sub)
     for entry in sorted(entry_points(group=COMMANDS_GROUP), key=lambda e: e.name):
         entry.load()(sub)
     _accept_global_flags(parser)
@@ -74,20 +76,56 @@ def _accept_global_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        status = _run(argv)
+        sys.stdout.flush()  # what is still buffered meets a closed pipe here, not at exit
+    except BrokenPipeError:
+        if not _stdout_closed():
+            raise  # a socket's, not ours to hide
+        _discard_stdout()
+        return EXIT_STDOUT_CLOSED
+    return status
+
+
+def _run(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     configure_logging(args.log_level)
     try:
         status: int = args.func(args)
-    except UserError as exc:
-        print(f"binlog-bridge {args.command}: error: {exc}", file=sys.stderr)
-        return 2
     except BridgeError as exc:
-        print(f"binlog-bridge {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
+        log.debug("%s failed", args.command, exc_info=True)
+        print(f"binlog-bridge {args.command}: error: {exc}", file=sys.stderr)
+        return exit_status(exc)
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
     return status
+
+
+def exit_status(exc: BridgeError) -> int:
+    """The exit status for an error that ended a command: 3 unreachable, 2 the user's to fix, else 1."""
+    if isinstance(exc, Unreachable):
+        return EXIT_UNREACHABLE
+    if isinstance(exc, UserError):
+        return EXIT_USAGE
+    return EXIT_FAILED
+
+
+def _stdout_closed() -> bool:
+    """True when standard output is a pipe or socket whose reader has gone (POLLERR)."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+    except (OSError, ValueError):
+        return False
+
+
+def _discard_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's final flush does not fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 if __name__ == "__main__":

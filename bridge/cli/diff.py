@@ -1,9 +1,11 @@
 """``binlog-bridge diff``: compare upstream and downstream tables row by row.
 
-Prints one line per table (``equal``, or what differs: missing, extra and
-different rows by key, values truncated) and a summary; exits 0 when every
-table is equal, 1 when anything differs, 2 on bad arguments or an
-unreachable database. DSNs: ``sqlite:///file.db``, ``sqlite:///sink-dir``
+Prints one line per table on stdout as it is compared (``equal``, or what
+differs: missing, extra and different rows by key, values truncated; a table
+one side lacks as such) and a summary; stderr gets only progress within large
+tables. Exits 0 when every table is equal, 1 when anything differs, 2 on bad
+arguments, 3 when a database does not answer (docs/operations.md, "Exit
+status and error lines"). DSNs: ``sqlite:///file.db``, ``sqlite:///sink-dir``
 (one file per database, as the sqlite sink writes; ``?database=NAME`` reads a file as
 database NAME, or only NAME.db of a sink directory), ``mysql://user@host:port/db``
 (without ``/db``: every user database). A MySQL password may come from
@@ -40,6 +42,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     from bridge.apps.diff import diff
+    from bridge.apps.diff.report import TableReport
     from bridge.errors import UserError
 
     if args.chunk_size < 1:
@@ -49,6 +52,9 @@ def run(args: argparse.Namespace) -> int:
     def progress(message: str) -> None:
         print(f"diff: {message}", file=sys.stderr, flush=True)
 
+    def table_done(table: TableReport) -> None:  # on stdout as it is done; stderr has no copy of it
+        print("\n".join(table.lines()), flush=True)
+
     report = diff(
         args.upstream,
         args.downstream,
@@ -56,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
         chunk_size=args.chunk_size,
         max_examples=args.max_examples,
         progress=None if args.quiet else progress,
+        table_done=table_done,
     )
-    for line in report.lines():
-        print(line)
+    print(report.summary())
     return 0 if report.equal else 1

@@ -16,7 +16,7 @@ import urllib.request
 from typing import Any
 
 from bridge.auth import current_token
-from bridge.errors import UserError
+from bridge.errors import Unreachable, UserError
 from bridge.grpcutil import SecurityConfig
 from bridge.meta.client import MetaClient
 from bridge.meta.nodes import KIND_NAMES
@@ -86,7 +86,7 @@ def answers_as_itself(node: meta_pb2.NodeStatus, cluster_id: int, security: Secu
     """Whether the node itself answers at its status address (another process there does not count)."""
     try:
         return not identity_problem(node, cluster_id, fetch_status(node, security))
-    except UserError:
+    except (UserError, Unreachable):
         return False
 
 
@@ -124,7 +124,7 @@ def _request(
         raise UserError(f"{kind} {node.node_id} refused {action}: {_error_of(exc)}") from None
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
-        raise UserError(f"cannot reach {kind} {node.node_id} at {url}: {reason}") from None
+        raise Unreachable(f"cannot reach {kind} {node.node_id} at {url}: {reason}") from None
     except ValueError:
         raise UserError(
             f"{url} did not answer with a node's JSON status; is {kind} {node.node_id} there?"

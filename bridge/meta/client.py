@@ -20,7 +20,15 @@ from typing import Any, TypeVar, cast
 
 import grpc
 
-from bridge.errors import BridgeError, ClusterMismatch, MetaError, MetaUnavailable, NotLeader, ProtocolError
+from bridge.errors import (
+    BridgeError,
+    ClusterMismatch,
+    MetaError,
+    MetaUnavailable,
+    NodeIdTaken,
+    NotLeader,
+    ProtocolError,
+)
 from bridge.grpcutil import SecurityConfig, aio_channel
 from bridge.proto import meta_pb2, meta_pb2_grpc
 from bridge.retry import Backoff
@@ -64,6 +72,8 @@ def translate(exc: grpc.aio.AioRpcError, addr: str) -> BridgeError:
         return NotLeader(f"{addr} is not the meta leader", leader_addr=hint)
     if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED):
         return MetaUnavailable(f"{addr}: {details}")
+    if code == grpc.StatusCode.ALREADY_EXISTS:
+        return NodeIdTaken(details)
     if code == grpc.StatusCode.FAILED_PRECONDITION:
         return ClusterMismatch(details)
     if code == grpc.StatusCode.INVALID_ARGUMENT:
@@ -80,8 +90,14 @@ class MetaClient:
     """
 
     def __init__(
-        self, addrs: str | Sequence[str], security: SecurityConfig | None = None, timeout: float = 5.0
+        self,
+        addrs: str | Sequence[str],
+        security: SecurityConfig | None = None,
+        timeout: float = 5.0,
+        token: str | None = None,
     ) -> None:
+        """``token``: the cluster token to present (default: this process's, if any)."""
+        self._token = token
         self._addrs = split_addrs(addrs)
         if not self._addrs:
             raise ValueError("MetaClient needs at least one meta address")
@@ -172,7 +188,7 @@ class MetaClient:
     def _stub(self, addr: str) -> Any:
         entry = self._stubs.get(addr)
         if entry is None:
-            channel = aio_channel(addr, self._security)
+            channel = aio_channel(addr, self._security, token=self._token)
             entry = (channel, meta_pb2_grpc.MetaStub(channel))  # type: ignore[no-untyped-call]
             self._stubs[addr] = entry
         return entry[1]

@@ -21,7 +21,7 @@ exactly one place per upstream (``mysql.py``, ``sqlite.py``), with ``raise
 
 from __future__ import annotations
 
-from bridge.errors import BridgeError, UserError
+from bridge.errors import BridgeError, Unreachable, UserError
 
 
 class ProducerError(BridgeError):
@@ -42,7 +42,7 @@ class UpstreamConflict(UpstreamError):
     retriable = True
 
 
-class UpstreamUnavailable(UpstreamError):
+class UpstreamUnavailable(UpstreamError, Unreachable):
     """The upstream could not be reached, or the connection broke mid-transaction."""
 
     retriable = True

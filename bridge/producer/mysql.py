@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import pymysql
@@ -24,6 +25,7 @@ import pymysql.err
 from pymysql.constants import FIELD_TYPE
 from pymysql.converters import conversions
 
+from bridge import mysql
 from bridge.dsn import Dsn
 from bridge.errors import ConfigError
 from bridge.producer import mysql_types
@@ -34,7 +36,6 @@ from bridge.proto import row_pb2
 
 log = logging.getLogger(__name__)
 
-_CONFLICT_CODES = {1205, 1213}
 _CLIENT_CODES_FROM = 2000  # CR_* client errors: the connection is unusable
 
 
@@ -65,8 +66,9 @@ class MySQLSession:
         self.returning: frozenset[str] = frozenset()
         self._where = dsn.redacted()
         try:
-            self._conn = dsn.connect(
-                connect_timeout=connect_timeout,
+            self._conn = mysql.connect(
+                dsn,
+                replace(mysql.DEFAULT_TIMEOUTS, connect_timeout=connect_timeout),
                 autocommit=True,
                 init_command="SET time_zone = '+00:00'",
                 conv=_CONVERSIONS,
@@ -77,12 +79,11 @@ class MySQLSession:
             raise self._translate(exc, "connect") from exc
 
     def _translate(self, exc: pymysql.err.Error, what: str) -> UpstreamError:
-        code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
-        text = exc.args[1] if len(exc.args) > 1 else str(exc)
-        message = f"{self._where}: {what} failed: ({code}) {text}"
-        if code in _CONFLICT_CODES:
+        code = mysql.error_code(exc) or 0
+        message = f"{self._where}: {what} failed: ({code}) {mysql.server_message(exc)}"
+        if code in mysql.CONFLICT_CODES:
             return UpstreamConflict(message, code=code)
-        if code == 0 or code >= _CLIENT_CODES_FROM or isinstance(exc, pymysql.err.InterfaceError):
+        if mysql.is_retriable(exc) or code >= _CLIENT_CODES_FROM:
             self.broken = True
             return UpstreamUnavailable(message, code=code)
         return UpstreamError(message, code=code)
@@ -228,7 +229,8 @@ class MySQLUpstream:
 def create_database(dsn: Dsn, connect_timeout: float = 10.0) -> bool:
     """CREATE DATABASE IF NOT EXISTS the DSN's database; True when it had to be created."""
     try:
-        conn = dsn.connect(connect_timeout=connect_timeout, database=None, autocommit=True)
+        timeouts = replace(mysql.DEFAULT_TIMEOUTS, connect_timeout=connect_timeout)
+        conn = mysql.connect(dsn, timeouts, database=None, autocommit=True)
     except pymysql.err.Error as exc:
         raise UpstreamUnavailable(f"{dsn.redacted()}: connect failed: {exc.args[-1]}") from exc
     try:

@@ -45,6 +45,7 @@ from bridge.errors import NoPumpAvailable, PumpUnavailable
 from bridge.meta.client import MetaClient
 from bridge.proto import binlog_pb2
 from bridge.pumpclient import chunked, metrics
+from bridge.pumpclient.busy import Activity
 from bridge.pumpclient.config import PumpClientConfig
 from bridge.pumpclient.discovery import RegistryWatcher, probe_forever
 from bridge.pumpclient.node import PumpNode
@@ -121,6 +122,7 @@ class AsyncPumpsClient:
         self._pool: PumpPool | None = None
         self._routes = PrewriteRoutes(self.config.max_pending_txns)
         self._tasks: list[asyncio.Task[None]] = []
+        self._activity = Activity()  # calls in progress: the batchers wait for more only while busy
         self.cluster_id = 0
 
     async def __aenter__(self) -> AsyncPumpsClient:
@@ -142,14 +144,14 @@ class AsyncPumpsClient:
         meta = MetaClient(self._meta_addrs, security=self.config.security)
         try:
             self.cluster_id = self.config.cluster_id or await meta.cluster_id()
-            pool = PumpPool(self.config, self.cluster_id)
+            pool = PumpPool(self.config, self.cluster_id, self._activity)
             watcher = RegistryWatcher(meta, pool, self.config.discovery_wait)
             await watcher.load()
         except BaseException:
             await meta.close()
             raise
         self._meta, self._pool = meta, pool
-        self._tso = TimestampBatcher(meta.get_timestamps)
+        self._tso = TimestampBatcher(meta.get_timestamps, self.config.batch_linger, self._activity)
         self._tasks = [
             asyncio.create_task(watcher.run(), name="pump-registry-watch"),
             asyncio.create_task(probe_forever(pool, self.config.probe_interval), name="pump-probe"),
@@ -200,7 +202,12 @@ class AsyncPumpsClient:
         """
         if self._tso is None:
             raise RuntimeError("the pump client is not started (use start() or 'async with')")
-        return await self._tso.get(count)
+        activity = self._activity
+        activity.calls += 1
+        try:
+            return await self._tso.get(count)
+        finally:
+            activity.calls -= 1
 
     async def get_timestamp(self) -> int:
         """One fresh timestamp (a start_ts or commit_ts) from the meta service's TSO."""
@@ -217,12 +224,17 @@ class AsyncPumpsClient:
         started = time.perf_counter()
         tp = binlog.tp
         kind = _KINDS[tp]
-        if tp in _SECOND_PHASE:
-            await self._write_second_phase(pool, binlog.start_ts, binlog.SerializeToString(), kind)
-        elif chunked.needs_chunks(binlog, self.config.chunk_bytes):
-            await self._write_chunked(pool, binlog)
-        else:
-            await self._write_first_phase(pool, tp, binlog.start_ts, binlog.SerializeToString(), kind)
+        activity = self._activity
+        activity.calls += 1
+        try:
+            if tp in _SECOND_PHASE:
+                await self._write_second_phase(pool, binlog.start_ts, binlog.SerializeToString(), kind)
+            elif chunked.needs_chunks(binlog, self.config.chunk_bytes):
+                await self._write_chunked(pool, binlog)
+            else:
+                await self._write_first_phase(pool, tp, binlog.start_ts, binlog.SerializeToString(), kind)
+        finally:
+            activity.calls -= 1
         metrics.write_seconds(kind).observe(time.perf_counter() - started)
 
     async def _write_first_phase(

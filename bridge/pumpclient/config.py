@@ -13,6 +13,7 @@ producer's TOML may hold a ``[pump-client]`` table with these keys::
     batch-max = 512
     batch-max-bytes = 4194304
     max-inflight-batches = 2
+    batch-linger = "5ms"        # while busy, a batch waits this long for more; 0 = never
     chunk-bytes = 4194304       # a larger transaction travels in parts; 0 = never
     max-pending-txns = 200000
     discovery-wait = "5s"
@@ -68,6 +69,11 @@ class PumpClientConfig:
     max_inflight_batches: int = field(
         default=2, metadata={"help": "WriteBinlogs calls in flight per pump; more binlogs wait and coalesce"}
     )
+    batch_linger: float = _duration(
+        0.005,
+        "while other calls of this client are in progress, a WriteBinlogs batch or a GetTimestamps "
+        "call waits this long for more before it leaves (a lone caller never waits); 0 = never wait",
+    )
     chunk_bytes: int = field(
         default=4 * 1024 * 1024,
         metadata={
@@ -100,6 +106,8 @@ class PumpClientConfig:
         for key, value in positive.items():
             if value <= 0:
                 raise ConfigError(f"{key}: must be greater than 0, got {value!r}")
+        if not 0 <= self.batch_linger <= 1:
+            raise ConfigError(f"batch-linger: must be between 0 and 1s, got {self.batch_linger}s")
         if self.retry_backoff_max < self.retry_backoff:
             raise ConfigError(
                 f"retry-backoff-max: must be at least retry-backoff ({self.retry_backoff}s), "

@@ -91,6 +91,10 @@ BATCH_SIZE = Histogram(
     "Binlogs per WriteBinlogs call",
     buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048),
 )
+TSO_CALLS = Counter(
+    "bridge_pump_client_tso_calls_total",
+    "GetTimestamps calls to the meta service (concurrent asks share one)",
+)
 AVAILABLE_PUMPS = Gauge(
     "bridge_pump_client_available_pumps",
     "Pumps in the available list (online, alive in the registry, not failing)",

@@ -6,7 +6,9 @@ Batching: a caller's binlog joins the pump's queue; while fewer than
 ``batch-max`` binlogs (and ``batch-max-bytes``) from the queue and sends them
 in one call. Binlogs that arrive while calls are in flight wait and leave
 together in the next call, so batches grow with the load and a lone binlog
-leaves at once.
+leaves at once. While other calls of the client are in progress, a sender
+first waits ``batch-linger`` for more (:mod:`bridge.pumpclient.busy`), and
+no other sender starts meanwhile.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from bridge.errors import BinlogTooLarge, CommitRefused, PumpRejected, PumpUnava
 from bridge.grpcutil import aio_channel
 from bridge.proto import binlog_pb2, pump_pb2, pump_pb2_grpc
 from bridge.pumpclient import metrics
+from bridge.pumpclient.busy import Activity
 from bridge.pumpclient.config import PumpClientConfig
 
 log = logging.getLogger(__name__)
@@ -76,7 +79,13 @@ class PumpNode:
     """
 
     def __init__(
-        self, node_id: str, addr: str, config: PumpClientConfig, cluster_id: int, on_failure: FailureHook
+        self,
+        node_id: str,
+        addr: str,
+        config: PumpClientConfig,
+        cluster_id: int,
+        on_failure: FailureHook,
+        activity: Activity | None = None,
     ) -> None:
         self.node_id = node_id
         self.addr = addr
@@ -94,7 +103,15 @@ class PumpNode:
         self._queue: deque[PendingBinlog] = deque()
         self._queued_bytes = 0
         self._senders = 0
+        self._activity = activity if activity is not None else Activity()
+        self._lingering = False  # a sender waits for more: the others wait for it
+        self._sending = 0  # binlogs in calls in flight
         self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def gathering(self) -> bool:
+        """A batch is waiting ``batch-linger`` for more binlogs before it leaves."""
+        return self._lingering and bool(self._queue)
 
     @property
     def label(self) -> str:
@@ -111,7 +128,7 @@ class PumpNode:
         future: asyncio.Future[str] = self._loop.create_future()
         self._queue.append(PendingBinlog(payload, kind, future))
         self._queued_bytes += len(payload)
-        if self._senders < self._config.max_inflight_batches:
+        if self._senders < self._config.max_inflight_batches and not self._lingering:
             self._senders += 1
             task = self._loop.create_task(self._send_queued(), name=f"pump-batcher-{self.node_id}")
             self._tasks.add(task)
@@ -170,11 +187,27 @@ class PumpNode:
     async def _send_queued(self) -> None:
         try:
             while self._queue:
+                if self._worth_waiting():
+                    self._lingering = True
+                    try:
+                        await asyncio.sleep(self._config.batch_linger)
+                    finally:
+                        self._lingering = False
                 batch = self._take_batch()
                 if batch:
                     await self._send_batch(batch)
         finally:
             self._senders -= 1
+
+    def _worth_waiting(self) -> bool:
+        """Other calls of the client are in progress (not only the binlogs queued or in flight here)
+        and the queue holds less than a full batch."""
+        queued = len(self._queue)
+        return (
+            self._config.batch_linger > 0
+            and queued < self._config.batch_max
+            and self._activity.others_than(queued + self._sending)
+        )
 
     def _take_batch(self) -> list[PendingBinlog]:
         batch: list[PendingBinlog] = []
@@ -194,14 +227,20 @@ class PumpNode:
     async def _send_batch(self, batch: list[PendingBinlog]) -> None:
         request = pump_pb2.WriteBinlogsReq(clusterID=self._cluster_id, payloads=[b.payload for b in batch])
         metrics.BATCH_SIZE.observe(len(batch))
+        self._sending += len(batch)
         try:
             response = await self._stub.WriteBinlogs(request, timeout=self._config.rpc_timeout)
         except grpc.aio.AioRpcError as exc:
+            self._sending -= len(batch)
             if exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and _SIZES.search(exc.details() or ""):
                 await self._too_large(batch, exc)
             else:
                 self._fail(batch, describe_rpc_error(exc), gone=exc.code() in _GONE_CODES)
             return
+        except BaseException:
+            self._sending -= len(batch)
+            raise
+        self._sending -= len(batch)
         if response.errmsg:
             self._fail(batch, f"refused the batch: {response.errmsg}", gone=False)
             return

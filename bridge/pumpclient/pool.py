@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 from bridge.proto import meta_pb2
 from bridge.pumpclient import metrics
+from bridge.pumpclient.busy import Activity
 from bridge.pumpclient.config import PumpClientConfig
 from bridge.pumpclient.node import PumpNode
 from bridge.pumpclient.selector import PumpWeight, make_selector
@@ -29,8 +30,11 @@ log = logging.getLogger(__name__)
 class PumpPool:
     """Pumps by node id, the two lists, and the selector over the available one."""
 
-    def __init__(self, config: PumpClientConfig, cluster_id: int) -> None:
+    def __init__(self, config: PumpClientConfig, cluster_id: int, activity: Activity | None = None) -> None:
         self._config = config
+        self._activity = activity
+        self._gather = config.strategy == "range" and config.batch_linger > 0
+        self._target: PumpNode | None = None  # the pump the round robin picked for the batch gathering
         self._cluster_id = cluster_id
         self._selector = make_selector(config.strategy)
         self._nodes: dict[str, PumpNode] = {}
@@ -46,8 +50,22 @@ class PumpPool:
         return list(self._nodes.values())
 
     def prewrite_candidates(self, start_ts: int) -> list[PumpNode]:
-        """Available pumps in the selector's order, then the unavailable ones as a last resort."""
+        """Available pumps in the selector's order, then the unavailable ones as a last resort.
+
+        With the ``range`` strategy, while the pump the round robin picked for the last
+        Prewrite is still gathering its batch (``batch-linger``, while the client is busy),
+        it comes first: the Prewrites of that moment leave in one call instead of one call
+        per pump, and the round robin moves on with the next batch. (Only a pump the
+        round robin picked attracts Prewrites, not one gathering Commits: the pumps
+        stay balanced.)"""
         ordered = [self._nodes[node_id] for node_id in self._selector.preference(start_ts)]
+        if self._gather:
+            target = self._target
+            if target is not None and target.gathering and target in ordered:
+                ordered.remove(target)  # the Prewrites of this moment follow the first one
+                ordered.insert(0, target)
+            elif ordered:
+                self._target = ordered[0]  # the round robin's pick starts the next batch
         return ordered + list(self.unavailable)
 
     def apply_registry(self, statuses: Sequence[meta_pb2.NodeStatus]) -> None:
@@ -61,7 +79,14 @@ class PumpPool:
                 self._retire(node)
                 node = None
             if node is None:
-                node = PumpNode(status.node_id, status.addr, self._config, self._cluster_id, self.on_failure)
+                node = PumpNode(
+                    status.node_id,
+                    status.addr,
+                    self._config,
+                    self._cluster_id,
+                    self.on_failure,
+                    self._activity,
+                )
                 self._nodes[status.node_id] = node
             node.score = status.score
             node.candidate = status.state == meta_pb2.ONLINE and status.is_alive

@@ -8,6 +8,10 @@ that ask while a call is in flight wait, and the next call allocates for all
 of them at once (the sum of their counts, consecutive), each caller getting
 its own stretch.
 
+While other calls of the client are in progress, a call first waits
+``linger`` for more asks (:mod:`bridge.pumpclient.busy`); a lone asker never
+waits.
+
 Freshness is kept: every timestamp a caller gets is allocated by a call that
 started after that caller asked, so a commit_ts asked for after a Prewrite
 was acknowledged is above everything allocated before.
@@ -18,6 +22,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
+from bridge.pumpclient import metrics
+from bridge.pumpclient.busy import Activity
 from bridge.tso import MAX_LOGICAL
 
 Allocate = Callable[[int], Awaitable[int]]
@@ -26,8 +32,10 @@ Allocate = Callable[[int], Awaitable[int]]
 class TimestampBatcher:
     """Coalesces concurrent :meth:`get` calls into ``allocate(total)`` calls, one in flight at a time."""
 
-    def __init__(self, allocate: Allocate) -> None:
+    def __init__(self, allocate: Allocate, linger: float = 0.0, activity: Activity | None = None) -> None:
         self._allocate = allocate
+        self._linger = linger
+        self._activity = activity
         self._waiting: list[tuple[int, asyncio.Future[int]]] = []
         self._serving: asyncio.Task[None] | None = None
 
@@ -53,7 +61,10 @@ class TimestampBatcher:
     async def _serve(self) -> None:
         try:
             while self._waiting:
+                if self._linger and self._activity and self._activity.others_than(len(self._waiting)):
+                    await asyncio.sleep(self._linger)
                 batch = self._take()
+                metrics.TSO_CALLS.inc()
                 try:
                     first = await self._allocate(sum(count for count, _ in batch))
                 except asyncio.CancelledError:  # closing: nobody waits for this round's answer

@@ -6,40 +6,16 @@ in this order::
 
     sink = SinkClass(config, data_dir)   # [sink.<type>] table; checks every key (ConfigError)
     sink.check()                         # the drainer's pre-flight, before it says ready (optional)
-    sink.open(context)                   # once; context.resume_ts = the checkpoint's commit_ts
+    sink.open(context)                   # once (again after a failed open or a close)
     sink.write(events)                   # many times; events in strictly increasing commit_ts
     position = sink.flush()              # often; also before every checkpoint save
     sink.close()                         # once, after a final flush on a clean stop
 
-Contract:
-
-- ``check()``: connects to the downstream and verifies the sink can work
-  there (login, privileges, broker metadata, ``PING``), then lets go of
-  what it opened. It raises :class:`~bridge.sink.errors.SinkCheckFailed`
-  with one line naming what failed and where; it does not retry. The
-  default checks nothing (a sink writing local files has nothing to reach).
-- ``open(context)``: the drainer will next write the first event with
-  ``commit_ts > context.resume_ts``. Everything a sink learns from the
-  drainer arrives here (:class:`SinkContext`: cluster id, the tables that
-  exist at ``resume_ts``, the safe-mode flag, a metrics registry) and through
-  the events; there are no other hooks. All state after a restart must be
-  derived from the context (and the downstream itself); a sink keeps no other
-  memory of what it wrote. After a crash the events just above
-  ``resume_ts`` may be written a second time: apply them idempotently or say
-  in the sink's docs how duplicates look (e.g. Kafka: at-least-once, dedupe
-  by commit_ts+key). ``open`` may be called again after it raised a
-  retriable error.
-- ``write(events)``: may buffer. It must not reorder transactions that touch
-  the same row, and must apply a :class:`~bridge.sink.events.DDLEvent` only
-  after every earlier event is applied. It raises :mod:`bridge.errors`
-  subclasses (:mod:`bridge.sink.errors`); ``retriable`` ones are retried by
-  the driver with the same events after ``flush`` failed or ``write``
-  raised, non-retriable ones stop the drainer with the message (which must
-  name the table and commit_ts, never values).
-- ``flush() -> int``: makes everything written so far durable downstream and
-  returns the highest commit_ts such that every event at or below it is
-  durable (ResolvedEvent included). The checkpoint never moves past it.
-- ``close()``: releases connections and files; no writes follow.
+Each method's guarantee is stated on the method itself (:class:`Sink`); the
+suite ``tests/contract/`` runs every registered sink through them.
+:class:`bridge.sink.batching.BatchingSink` is a base that keeps the
+bookkeeping (failure latch, rate-limited warnings, per-sink metrics) for
+sinks that batch their writes.
 
 Sinks are synchronous on purpose: database drivers are, and the drainer runs
 them on their own thread so pulling and merging continue meanwhile.
@@ -111,7 +87,8 @@ class SinkContext:
 
 
 class Sink(ABC):
-    """The base of every sink; see the module docstring for the contract.
+    """The base of every sink: the order of calls is the module docstring's, each method's
+    guarantee is its own docstring.
 
     ``open`` keeps the context in ``self.context`` and ``close`` does
     nothing: a sink that needs nothing more from them inherits these.
@@ -121,17 +98,59 @@ class Sink(ABC):
     context: SinkContext = SinkContext()
 
     def check(self) -> None:
-        """The pre-flight check (see the module docstring); nothing to check by default."""
+        """Connect to the downstream, verify the sink can work there (login, privileges, broker
+        metadata, ``PING``), then let go of what was opened.
+
+        Raises :class:`~bridge.sink.errors.SinkCheckFailed` with one line naming what failed
+        and where; never retries. The default checks nothing (a sink writing local files has
+        nothing to reach).
+        """
         return None
 
     def open(self, context: SinkContext) -> None:
+        """Get ready to write the first event with ``commit_ts > context.resume_ts``.
+
+        - Everything a sink learns from the drainer arrives here (:class:`SinkContext`) and
+          through the events; there are no other hooks. All state after a restart is derived
+          from the context and the downstream itself: the sink keeps no other memory of what
+          it wrote.
+        - After a crash the events just above ``resume_ts`` may come a second time: apply
+          them idempotently, or say in the sink's docs how duplicates look (e.g. Kafka:
+          at-least-once, dedupe by commit_ts and key).
+        - ``open`` is called again after it raised a retriable error (the driver retries it)
+          and after :meth:`close` (the drainer reopens a sink at its flushed position to find
+          a refused change). Either way nothing of the earlier open may stay open: an ``open``
+          that raises releases what it acquired, and a sink is never opened twice without a
+          ``close`` or a failed ``open`` between.
+        """
         self.context = context
 
     @abstractmethod
-    def write(self, events: Sequence[Event]) -> None: ...
+    def write(self, events: Sequence[Event]) -> None:
+        """Write ``events`` (strictly increasing commit_ts); may buffer.
+
+        - Transactions that touch the same row are never reordered; a
+          :class:`~bridge.sink.events.DDLEvent` is applied only after every earlier event,
+          wherever it sits in ``events``.
+        - Raises :mod:`bridge.errors` subclasses (:mod:`bridge.sink.errors`). A ``retriable``
+          one makes the driver write the same events again (after a failed ``write``) or every
+          event since the last successful flush (after a failed :meth:`flush`); so a failed
+          ``write`` leaves no partial effect that a second write would duplicate, and events
+          the sink already holds are skipped. A non-retriable one stops the drainer with its
+          message, which names the table and commit_ts, never values.
+        """
 
     @abstractmethod
-    def flush(self) -> int: ...
+    def flush(self) -> int:
+        """Make everything written so far durable downstream; return the highest commit_ts such
+        that every event at or below it is durable (ResolvedEvents included).
+
+        The checkpoint never moves past the returned position, so it never passes a write the
+        downstream did not acknowledge, even after a failed flush and before anything is
+        written again. A flush that cannot make the writes durable raises (retriable: the
+        driver writes every unflushed event again, then flushes).
+        """
 
     def close(self) -> None:
+        """Release connections and files; no writes follow until the next :meth:`open`."""
         return None

@@ -17,14 +17,14 @@ into these at one place each, with ``raise ... from exc``.
 
 from __future__ import annotations
 
-from bridge.errors import BridgeError, UserError
+from bridge.errors import BridgeError, Unreachable, UserError
 
 
 class SinkError(BridgeError):
     """A sink could not deliver events."""
 
 
-class SinkUnavailable(SinkError):
+class SinkUnavailable(SinkError, Unreachable):
     """The downstream is busy or unreachable; the same events may be written again."""
 
     retriable = True

@@ -83,11 +83,16 @@ def build_sink(types: Sequence[str], tables: Mapping[str, Mapping[str, Any]], da
 
 
 class FanOutSink(Sink):
-    """Several sinks as one: each gets every call; ``flush`` is the lowest position."""
+    """Several sinks as one: each gets every call; ``flush`` is the lowest position.
+
+    ``open`` opens the members in order; when one raises, the members before it stay open and
+    the driver's next ``open`` opens only those still closed (a member is opened again only
+    after ``close``, as the contract says)."""
 
     def __init__(self, sinks: Sequence[Sink]) -> None:
         self.sinks = list(sinks)
         self.name = "+".join(s.name for s in self.sinks)
+        self._opened: list[Sink] = []
 
     def check(self) -> None:
         for sink in self.sinks:
@@ -96,7 +101,9 @@ class FanOutSink(Sink):
     def open(self, context: SinkContext) -> None:
         super().open(context)
         for sink in self.sinks:
-            sink.open(context)
+            if not any(sink is opened for opened in self._opened):
+                sink.open(context)
+                self._opened.append(sink)
 
     def write(self, events: Sequence[Event]) -> None:
         shared: list[DecodedOnce] = []
@@ -121,6 +128,7 @@ class FanOutSink(Sink):
 
     def close(self) -> None:
         failure: BridgeError | None = None
+        self._opened = []
         for sink in self.sinks:
             try:
                 sink.close()

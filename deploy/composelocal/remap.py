@@ -20,7 +20,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-# one allocator: never the same port twice in this process, and only this tree's port slot
+# one allocator: never the same port twice in this process, and only ports of $BRIDGE_PORT_RANGE
 from bridge.apps.demo.cluster import free_port
 
 QUOTED_PORT = re.compile(r'"(\d{2,5})"')

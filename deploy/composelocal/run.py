@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import secrets
 import subprocess
 import sys
 import time
@@ -37,6 +38,7 @@ LOCAL_ENV = {
     "BRIDGE_REDIS_PASSWORD": "",
     "BRIDGE_GRAFANA_PASSWORD": "",
     "BRIDGE_SCHEMA_REGISTRY_URL": "",
+    "BRIDGE_CLUSTER_TOKEN": secrets.token_urlsafe(32),  # one per run, never printed
 }
 # The container port each local stand-in serves.
 KIND_PORT = {"mariadb": 3306, "kafka": 9092, "redis": 6379, "etcd": 2379}

@@ -1,15 +1,15 @@
 """Checkpoints: where a drainer records how far its sink is durable (see :mod:`.base`).
 
-Built by name from the ``[checkpoint]`` table: ``type`` picks an entry of
-:data:`CHECKPOINTS` (``"module:callable"``, imported only when used), the
-rest of the table goes to it as ``options``. The MySQL checkpoint adds its
-entry here.
+Built by name from the ``[checkpoint]`` table: ``type`` picks an entry point of
+the group ``binlog_bridge.checkpoints`` (pyproject.toml: ``name = "module:callable"``,
+imported only when used), the rest of the table goes to it as ``options``. A new
+checkpoint is one module and one line there, as a sink is.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, cast
 
@@ -24,7 +24,7 @@ from drainer.checkpoint.base import (
 )
 
 __all__ = [
-    "CHECKPOINTS",
+    "GROUP",
     "Checkpoint",
     "CheckpointError",
     "CheckpointState",
@@ -33,22 +33,17 @@ __all__ = [
     "interrupt",
 ]
 
-CHECKPOINTS: dict[str, str] = {
-    "file": "drainer.checkpoint.file:FileCheckpoint.from_options",
-    "mysql": "drainer.checkpoint.mysql:MySQLCheckpoint.from_options",
-}
+GROUP = "binlog_bridge.checkpoints"
 
 
 def build_checkpoint(table: Mapping[str, Any], data_dir: Path, cluster_id: int) -> Checkpoint:
     """The checkpoint the ``[checkpoint]`` table describes (``type`` defaults to ``file``)."""
     options = dict(table)
     name = options.pop("type", "file")
-    target = CHECKPOINTS.get(name) if isinstance(name, str) else None
+    registered = {entry.name: entry for entry in entry_points(group=GROUP)}
+    target = registered.get(name) if isinstance(name, str) else None
     if target is None:
-        known = ", ".join(sorted(CHECKPOINTS))
+        known = ", ".join(sorted(registered))
         raise ConfigError(f"checkpoint.type: expected one of {known}, got {name!r}")
-    module_name, _, attr_path = target.partition(":")
-    factory: Any = importlib.import_module(module_name)
-    for attr in attr_path.split("."):
-        factory = getattr(factory, attr)
+    factory: Any = target.load()
     return cast(CheckpointFactory, factory)(options, data_dir, cluster_id)

@@ -20,8 +20,9 @@ cluster id.
 
 A save is one ``REPLACE`` statement committed on its own, so the row is the
 old one or the new one, never a mix. The database and table are created if
-missing on first use. Connection errors (server gone, lost connection,
-cannot connect, lock wait, deadlock) are retried with backoff for up to
+missing on first use. Errors another try may pass (:data:`bridge.mysql.RETRIABLE_CODES`: server gone,
+lost connection, cannot connect, connection killed, lock wait, deadlock, a
+read-only server during a switchover) are retried with backoff for up to
 ``retry-timeout`` seconds on a fresh connection, then raise
 :class:`~drainer.checkpoint.base.RetriableCheckpointError`. :meth:`MySQLCheckpoint.interrupt`
 (the drainer calls it on SIGTERM) ends such retries at once: the call in
@@ -56,9 +57,11 @@ from typing import Any, TypeVar
 import pymysql
 import pymysql.err
 
+from bridge import mysql
 from bridge.config import build
 from bridge.dsn import Dsn, parse_dsn
 from bridge.errors import ConfigError
+from bridge.mysql import is_retriable, quote_identifier
 from bridge.retry import Backoff
 from drainer.checkpoint.base import CheckpointError, CheckpointState, RetriableCheckpointError
 
@@ -69,21 +72,6 @@ DEFAULT_SCHEMA = "bridge"
 DEFAULT_TABLE = "checkpoint"
 STOPPING_CONNECT_TIMEOUT = 1.0  # seconds a connection attempt may take once interrupted
 _IDENTIFIER = re.compile(r"^[^`\x00/\\.]{1,64}$")
-
-# Client/server error codes after which a fresh connection may succeed.
-RETRIABLE_CODES = frozenset(
-    {
-        1040,  # too many connections
-        1053,  # server shutdown in progress
-        1205,  # lock wait timeout
-        1213,  # deadlock
-        2002,  # cannot connect through socket
-        2003,  # cannot connect to server
-        2006,  # server has gone away
-        2013,  # lost connection during query
-        2055,  # lost connection (system error)
-    }
-)
 
 T = TypeVar("T")
 
@@ -104,6 +92,13 @@ class MySQLCheckpointConfig:
     table: str = field(default=DEFAULT_TABLE, metadata={"help": "checkpoint table, one row per cluster id"})
     connect_timeout: float = field(
         default=5.0, metadata={"duration": True, "help": "timeout of one connection attempt"}
+    )
+    read_timeout: float = field(
+        default=30.0,
+        metadata={"duration": True, "help": "how long one read may wait: a silent downstream fails after it"},
+    )
+    write_timeout: float = field(
+        default=30.0, metadata={"duration": True, "help": "how long one write may wait"}
     )
     retry_timeout: float = field(
         default=60.0,
@@ -131,20 +126,11 @@ class MySQLCheckpointConfig:
             raise ConfigError(
                 f"checkpoint.connect-timeout: expected 0.1s..300s, got {self.connect_timeout:g}s"
             )
+        for name, timeout in (("read-timeout", self.read_timeout), ("write-timeout", self.write_timeout)):
+            if not 1 <= timeout <= 3600:
+                raise ConfigError(f"checkpoint.{name}: expected 1s..3600s, got {timeout:g}s")
         if not 0 <= self.retry_timeout <= 3600:
             raise ConfigError(f"checkpoint.retry-timeout: expected 0s..3600s, got {self.retry_timeout:g}s")
-
-
-def quote_identifier(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
-
-
-def is_retriable(exc: pymysql.err.MySQLError) -> bool:
-    """Whether a fresh connection and a second try may succeed."""
-    if isinstance(exc, pymysql.err.InterfaceError):  # the connection is closed on our side
-        return True
-    code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
-    return code in RETRIABLE_CODES
 
 
 class MySQLCheckpoint:
@@ -236,26 +222,27 @@ class MySQLCheckpoint:
                 code = exc.args[0] if exc.args else "?"
                 if not is_retriable(exc):
                     raise CheckpointError(
-                        f"checkpoint {self.describe()}: {what} failed: MySQL error {code}: {_message(exc)}"
+                        f"checkpoint {self.describe()}: {what} failed: "
+                        f"MySQL error {code}: {mysql.server_message(exc)}"
                     ) from None
                 # Stopping: one attempt on a fresh connection (interrupt() shuts the old one down).
                 if self._interrupted.is_set() and fresh:
                     raise RetriableCheckpointError(
                         f"checkpoint {self.describe()}: {what} failed while stopping (not retried): "
-                        f"MySQL error {code}: {_message(exc)}"
+                        f"MySQL error {code}: {mysql.server_message(exc)}"
                     ) from None
                 delay = backoff.next_delay()
                 if time.monotonic() + delay > deadline:
                     raise RetriableCheckpointError(
                         f"checkpoint {self.describe()}: {what} failed for {self.config.retry_timeout:g}s: "
-                        f"MySQL error {code}: {_message(exc)}"
+                        f"MySQL error {code}: {mysql.server_message(exc)}"
                     ) from None
                 log.warning(
                     "checkpoint %s: %s failed (MySQL error %s: %s); retrying in %.1fs",
                     self.describe(),
                     what,
                     code,
-                    _message(exc),
+                    mysql.server_message(exc),
                     delay,
                 )
                 if not self._interrupted.is_set():
@@ -266,11 +253,12 @@ class MySQLCheckpoint:
             connect_timeout = self.config.connect_timeout
             if self._interrupted.is_set():
                 connect_timeout = min(connect_timeout, STOPPING_CONNECT_TIMEOUT)
-            self._conn = self.dsn.connect(
-                connect_timeout=connect_timeout,
+            config = self.config
+            timeouts = mysql.MySQLTimeouts(connect_timeout, config.read_timeout, config.write_timeout)
+            self._conn = mysql.connect(
+                self.dsn,
+                timeouts,
                 database=None,  # the table is named with its schema
-                read_timeout=max(self.config.connect_timeout * 6, 30.0),
-                write_timeout=max(self.config.connect_timeout * 6, 30.0),
                 autocommit=False,
             )
         if not self._created:
@@ -297,8 +285,3 @@ class MySQLCheckpoint:
         if conn is not None:
             with contextlib.suppress(pymysql.err.Error):  # already closed by the server or network
                 conn.close()
-
-
-def _message(exc: pymysql.err.MySQLError) -> str:
-    """The server's message (never holds the password: pymysql does not echo it)."""
-    return str(exc.args[1]) if len(exc.args) > 1 else str(exc)

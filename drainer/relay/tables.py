@@ -23,6 +23,7 @@ import logging
 import sqlite3
 from pathlib import Path
 
+from bridge import mysql
 from bridge.dsn import Dsn
 from bridge.errors import UserError
 from bridge.proto import row_pb2
@@ -53,7 +54,7 @@ def _create_mysql(target: Dsn, tracker: SchemaTracker) -> int:
     where = f"replay --to {target.redacted()}"
     created = 0
     try:
-        conn = target.connect()
+        conn = mysql.connect(target)
     except pymysql.Error as exc:
         raise UserError(f"{where}: cannot connect: {exc}") from None
     statement = ""

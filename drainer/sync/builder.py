@@ -40,14 +40,14 @@ from prometheus_client import Counter
 
 from bridge.binlog import MutationType, iter_changes, parse_binlog, read_schema_change
 from bridge.chunks import SpilledParts
-from bridge.errors import ProtocolError, UserError
+from bridge.errors import ProtocolError, UserError, skip_hint
 from bridge.proto import binlog_pb2
 from bridge.rowcodec import RowCodec
 from bridge.sink.events import ChangeKind, DDLEvent, Event, RawChange, RowChange, TxnEvent
 from bridge.sink.schema import SchemaTracker, SchemaTrackError, TrackedTable
 from drainer import metrics
 from drainer.collect.merger import PulledTxn
-from drainer.sync.filter import TableFilter, skip_hint
+from drainer.sync.filter import TableFilter
 from drainer.sync.skip import NO_SKIP, SkipRules
 
 log = logging.getLogger(__name__)

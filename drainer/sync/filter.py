@@ -33,15 +33,6 @@ from bridge.proto import row_pb2
 SchemaChange = row_pb2.SchemaChange
 
 
-def skip_hint(commit_ts: int) -> str:
-    """How an operator skips the transaction at ``commit_ts`` (ends every halting error)."""
-    return (
-        f"to skip this transaction, add {commit_ts} to [filter] ignore-txn-commit-ts "
-        f"(or the line commit-ts = [[{commit_ts}, {commit_ts}]] under [skip]) "
-        "in the drainer's config and restart it"
-    )
-
-
 @dataclass(frozen=True)
 class Pattern:
     """One filter entry: an exact name (lower-cased) or a ``~`` regular expression."""

@@ -47,19 +47,11 @@ from bridge.proto import row_pb2
 from bridge.sink.contract import Sink, SinkContext
 from bridge.sink.events import DDLEvent, Event, RowChange, TxnEvent
 from bridge.sink.schema import SchemaTracker, SchemaTrackError
+from bridge.tablepatterns import PLACEHOLDER, TablePatterns, TablePatternsConfig, compile_pattern
 
 log = logging.getLogger(__name__)
 
 SchemaChange = row_pb2.SchemaChange
-PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
-
-
-def compile_pattern(pattern: str, key: str) -> re.Pattern[str]:
-    """A DM-style wildcard (``*`` any run, ``?`` one character) as a whole-name, case-insensitive regex."""
-    if not pattern:
-        raise ConfigError(f"{key}: must not be empty")
-    parts = [".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern]
-    return re.compile("".join(parts), re.IGNORECASE | re.DOTALL)
 
 
 def _check_target(template: str, key: str) -> None:
@@ -76,32 +68,6 @@ def _check_target(template: str, key: str) -> None:
 
 def _render(template: str, schema: str, table: str) -> str:
     return PLACEHOLDER.sub(lambda m: schema if m.group(1) == "schema" else table, template)
-
-
-@dataclass
-class TablePatternsConfig:
-    """The table selection of a rule: shared by ``[[route]]`` and ``[[sink.kafka.topic-route]]``."""
-
-    schema_pattern: str = field(
-        default="",
-        metadata={"help": "upstream database name; * matches any run of characters, ? one (required)"},
-    )
-    table_pattern: str = field(
-        default="",
-        metadata={"help": 'upstream table name, * and ? as above; "" = every table of the database'},
-    )
-
-
-class TablePatterns:
-    """``matches`` for a parsed rule holding ``schema_pattern`` and ``table_pattern`` (None: every table)."""
-
-    schema_pattern: re.Pattern[str]
-    table_pattern: re.Pattern[str] | None
-
-    def matches(self, db: str, table: str) -> bool:
-        if self.schema_pattern.fullmatch(db) is None:
-            return False
-        return self.table_pattern is None or self.table_pattern.fullmatch(table) is not None
 
 
 @dataclass

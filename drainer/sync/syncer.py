@@ -16,7 +16,9 @@ Two tasks on the drainer's event loop and one thread for the sink::
   first unflushed write, and on stop. The checkpoint is saved after a DDL's
   flush and then at most every ``checkpoint-interval``, always with the
   position ``flush()`` returned and the schema snapshot valid there (the one
-  left by the last DDL at or below it).
+  left by the last DDL at or below it). A periodic save failing with a
+  ``retriable`` error (a read-only or unreachable target, past the
+  checkpoint's own retries) is logged and tried again an interval later.
 
 Stopping: :meth:`Syncer.stop` ends the build task; drive writes what is
 queued, flushes and saves a ``consistent`` checkpoint, and closes the sink.
@@ -310,7 +312,7 @@ class Syncer:
                 if self.flushed_ts > self.checkpoint_ts and (
                     ddl or time.monotonic() - saved_at >= settings.checkpoint_interval
                 ):
-                    await self._save(consistent=False)
+                    await self._save_or_defer()
                     saved_at = time.monotonic()
         except BaseException:
             await self._save_flushed()
@@ -420,6 +422,24 @@ class Syncer:
         self.checkpoint_ts = position
         metrics.CHECKPOINT_TS.set(position)
         log.debug("checkpoint at commit_ts %d%s", position, " (consistent)" if consistent else "")
+
+    async def _save_or_defer(self) -> None:
+        """A periodic save: one that failed in a way that may pass (``retriable``: the target
+        is read-only or unreachable for longer than the checkpoint retries) is logged and tried
+        again at the next interval; replication goes on, the checkpoint stays where it was."""
+        try:
+            await self._save(consistent=False)
+        except BridgeError as exc:
+            if not exc.retriable:
+                raise
+            metrics.ERRORS.labels("checkpoint").inc()
+            log.warning(
+                "checkpoint not saved at commit_ts %d (it stays at %d), trying again in %gs: %s",
+                self.flushed_ts,
+                self.checkpoint_ts,
+                self.settings.checkpoint_interval,
+                exc,
+            )
 
     async def _save_flushed(self) -> None:
         """After a failure: keep what was flushed (never more)."""

@@ -288,21 +288,36 @@ class Storage:
     # --- reading -------------------------------------------------------------
 
     async def pull(
-        self, after_commit_ts: int, *, max_entries: int = 1024, max_bytes: int = 4 << 20
+        self,
+        after_commit_ts: int,
+        *,
+        max_entries: int = 1024,
+        max_bytes: int = 4 << 20,
+        interval: float = 0.0,
     ) -> AsyncIterator[list[PullItem]]:
         """Committed transactions after ``after_commit_ts`` in commit_ts order, each
         once, interleaved with :class:`Watermark` items, following new data until
-        the storage closes. See :mod:`pump.storage.pull`."""
+        the storage closes. See :mod:`pump.storage.pull`.
+
+        Once caught up, a change that comes less than ``interval`` seconds after
+        the last read waits out the rest of it, so a busy stream reads (and its
+        caller sends) at most once per ``interval`` however many group commits
+        came meanwhile; a change after a quiet spell is read at once."""
         cursor, parts_sent = after_commit_ts, 0  # parts sent of the transaction after the cursor
         if cursor + 1 < self._gc_ts:  # binlogs at or above gc_ts are all still there
             log.warning("pull from commit_ts %d: binlogs below the GC ts %d are gone", cursor, self._gc_ts)
+        last_read = -interval
         while not self._closed:
             if self._failure is not None:
                 raise StorageError(f"the index failed: {self._failure}") from self._failure
             watermark, changed = self._watermark, self._changed
             if cursor >= watermark:
                 await changed.wait()
+                early = last_read + interval - self._loop.time()
+                if early > 0:
+                    await asyncio.sleep(early)
                 continue
+            last_read = self._loop.time()
             read = asyncio.ensure_future(
                 asyncio.to_thread(self._reader.read, cursor, watermark, max_entries, max_bytes, parts_sent)
             )

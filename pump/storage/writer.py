@@ -17,6 +17,7 @@ import logging
 import time
 from collections import deque
 
+from pump import metrics
 from pump.storage.chaser import Chaser, Entry, WrittenBatch
 from pump.storage.errors import StorageClosed, StorageError, StorageFailed, StorageFull
 from pump.storage.segment import Pointer
@@ -27,6 +28,9 @@ log = logging.getLogger(__name__)
 _new_tuple = tuple.__new__
 
 LAG_WARNING_INTERVAL = 10.0
+
+_FSYNCS = metrics.FSYNCS
+_BATCH_SIZE = metrics.WRITE_BATCH_SIZE
 
 
 # (payload, tp, start_ts, commit_ts) of one binlog to store. Plain tuples, not
@@ -128,6 +132,7 @@ class GroupCommitter:
             return
         self.batches += 1
         self.records += len(records)
+        _BATCH_SIZE.observe(len(records))
         self._awaiting.append((end, futures))
         if self._covers(self._applied, end):
             self._ack_through(end, lagging=False)
@@ -140,7 +145,9 @@ class GroupCommitter:
         """In the vlog thread: append, fsync once, hand the batch to the chaser."""
         prev_end = self._vlog.head
         pointers = self._vlog.append([(payload, max(start, commit)) for payload, _, start, commit in records])
-        self._vlog.sync()
+        if self._vlog.sync_enabled:
+            self._vlog.sync()
+            _FSYNCS.inc()
         end = self._vlog.head
         entries = [
             _new_tuple(Entry, (tp, start, commit, pointer))  # an Entry without NamedTuple.__new__'s cost

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from functools import lru_cache
 from hashlib import blake2b
 from typing import Any
@@ -97,6 +98,22 @@ class RowPlan:
 def typed_row(image: Mapping[str, Any], kinds: Mapping[str, str]) -> dict[str, Any]:
     """An image's values as the ``row`` JSON field holds them (see the module docstring)."""
     return RowPlan(kinds, None).row(image)
+
+
+def stored_image(row: Mapping[str, Any], kinds: Mapping[str, str]) -> dict[str, Any]:
+    """A stored ``row`` field back in the change rows' JSON image form (the inverse of
+    :meth:`RowPlan.row`): tantivy dates become the DATE / DATETIME / TIMESTAMP texts again."""
+    out = dict(row)
+    for column, kind in kinds.items():
+        value = out.get(column)
+        if isinstance(value, datetime) and kind in DATE_KINDS:
+            if kind == "date":
+                out[column] = value.date().isoformat()
+            elif kind == "datetime":
+                out[column] = value.replace(tzinfo=None).isoformat()
+            else:
+                out[column] = value.astimezone(UTC).isoformat()
+    return out
 
 
 @lru_cache(maxsize=4096)

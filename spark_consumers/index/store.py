@@ -27,7 +27,7 @@ from typing import Any
 
 import tantivy
 
-from spark_consumers.index.documents import build_schema, document, id_hash
+from spark_consumers.index.documents import build_schema, document, id_hash, kinds_of, stored_image
 from spark_consumers.latest import Action, BatchChanges, Floor, Version
 
 log = logging.getLogger(__name__)
@@ -62,7 +62,10 @@ class ChangeIndex:
         file = self.path / FLOORS_FILE
         if not file.exists():
             return []
-        return [Floor(f["db"], f["table"], (f["ts"], f["pos"])) for f in json.loads(file.read_text())]
+        return [
+            Floor(f["db"], f["table"], (f["ts"], f["pos"]), f.get("to_db", ""), f.get("to_table", ""))
+            for f in json.loads(file.read_text())
+        ]
 
     def _save(self, name: str, data: object) -> None:
         tmp = self.path / (name + ".tmp")
@@ -70,7 +73,11 @@ class ChangeIndex:
         os.replace(tmp, self.path / name)
 
     def _save_floors(self) -> None:
-        data = [{"db": f.db, "table": f.table, "ts": f.version[0], "pos": f.version[1]} for f in self.floors]
+        data = [
+            {"db": f.db, "table": f.table, "ts": f.version[0], "pos": f.version[1]}
+            | ({"to_db": f.to_db, "to_table": f.to_table} if f.to_table else {})
+            for f in self.floors
+        ]
         self._save(FLOORS_FILE, data)
 
     def _note_columns(self, columns: Mapping[str, tuple[str, Version]]) -> bool:
@@ -110,10 +117,14 @@ class ChangeIndex:
     ) -> tuple[int, int]:
         """Apply and commit ``batch``; (documents put, tombstones put). Nothing is left uncommitted.
         ``columns`` (``latest.newest_columns``) updates ``tables.json``: each table's columns now."""
-        new_floors = [f for f in batch.floors if f not in self.floors]
+        new_floors = sorted((f for f in batch.floors if f not in self.floors), key=lambda f: f.version)
         for floor in new_floors:
+            if floor.to_table:  # committed before the next floor: a rename's copies must be visible
+                self._move_renamed(floor)
             self._drop_below(floor)
             self.floors.append(floor)
+            if floor.to_table:
+                self.writer.commit()
         hashes = {doc_id: id_hash(doc_id) for doc_id in batch.actions}
         held = self.versions(list(hashes.values()))
         put = deleted = 0
@@ -137,7 +148,41 @@ class ChangeIndex:
             self._save(TABLES_FILE, self.tables)
         return put, deleted
 
-    def _drop_below(self, floor: Floor) -> None:
+    def _move_renamed(self, floor: Floor) -> None:
+        """Put the live documents of a renamed table below the rename under the new name, at the
+        rename's version (a newer document of the new name stays). A replay after the commit
+        finds nothing left under the old name."""
+        self.index.reload()
+        searcher = self.index.searcher()
+        query = tantivy.Query.boolean_query(
+            [(tantivy.Occur.Must, self._below(floor)), (tantivy.Occur.Must, self._live_query())]
+        )
+        total = int(getattr(searcher.search(query, limit=1, count=True), "count", 0) or 0)
+        moved = []
+        for _, addr in searcher.search(query, limit=max(total, 1)).hits if total else []:
+            stored = searcher.doc(addr).to_dict()
+            types = stored["_types"][0]
+            key = stored["_key"][0]
+            image = stored_image((stored.get("row") or [{}])[0], kinds_of(types))
+            moved.append(Action(f"{floor.to_db}/{floor.to_table}/{key}", floor.to_db, floor.to_table, key,
+                                floor.version, image, types))  # fmt: skip
+        held = self.versions([id_hash(a.doc_id) for a in moved])
+        for act in moved:
+            current = held.get(id_hash(act.doc_id))
+            if current is not None and current >= act.version:
+                continue
+            if current is not None:
+                self.writer.delete_documents_by_term("_id", act.doc_id)
+            self.writer.add_document(
+                document(act, self.text_columns.get(act.table_name), id_hash(act.doc_id))
+            )
+        log.info("%s.%s renamed to %s.%s: %d documents moved", floor.db, floor.table, floor.to_db,
+                 floor.to_table, len(moved))  # fmt: skip
+
+    def _live_query(self) -> tantivy.Query:
+        return tantivy.Query.term_query(self.schema, "_live", True)
+
+    def _below(self, floor: Floor) -> tantivy.Query:
         below = tantivy.Query.range_query(
             self.schema, "_ts", tantivy.FieldType.Integer, None, floor.version[0], include_upper=False
         )
@@ -145,9 +190,10 @@ class ChangeIndex:
             table = tantivy.Query.term_query(self.schema, "_table", f"{floor.db}.{floor.table}")
         else:
             table = tantivy.Query.regex_query(self.schema, "_table", _regex_escape(floor.db) + r"\..*")
-        self.writer.delete_documents_by_query(
-            tantivy.Query.boolean_query([(tantivy.Occur.Must, below), (tantivy.Occur.Must, table)])
-        )
+        return tantivy.Query.boolean_query([(tantivy.Occur.Must, below), (tantivy.Occur.Must, table)])
+
+    def _drop_below(self, floor: Floor) -> None:
+        self.writer.delete_documents_by_query(self._below(floor))
 
     def close(self) -> None:
         self.writer.wait_merging_threads()

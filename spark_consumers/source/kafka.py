@@ -52,6 +52,9 @@ def consumer_config(bootstrap: str, extra: Mapping[str, Any] | None = None) -> d
         # a reader moves from range to range; an in-flight long-poll fetch of the previous range
         # (librdkafka's default waits 500 ms at a partition's end) would delay every next one
         "fetch.wait.max.ms": 20,
+        # librdkafka's own ERR lines (one per refused connect, to stderr) would bury the error our
+        # code raises naming the cause; kafka.log_level = 7 brings them back
+        "log_level": 2,
     }
     config.update(extra or {})
     return config

@@ -116,6 +116,7 @@ def test_capture_sigkilled_five_times_under_load(pipeline: Pipeline) -> None:
             time.sleep(rng.uniform(0.3, 2.5))
             pipeline.capture.kill()
             pipeline.capture.launch()
+        assert pipeline.capture.child is not None
         pipeline.capture.child.wait_for_line("capture streaming from", timeout=HANG_GUARD)
         time.sleep(2)
     finally:
@@ -161,7 +162,9 @@ def test_capture_through_the_kafka_sink_and_consume_apply(
         assert {"items", "logs"} <= names, report.lines()
         assert report.equal, "\n".join(report.lines())
         assert capture.child is not None
-        copied = int(re.search(rf"snapshot of {db}\.items: (\d+) rows", capture.child.output).group(1))
+        found = re.search(rf"snapshot of {db}\.items: (\d+) rows", capture.child.output)
+        assert found is not None, capture.child.output
+        copied = int(found.group(1))
         topic = f"{unique_name}.{db}.items"
         argv = [sys.executable, "-m", "bridge.cli", "consume", "--bootstrap-servers", kafka_bootstrap]
         argv += ["--topic", topic, "--from-beginning", "--until-ts", str(final_ts), "--idle-timeout", "60"]

@@ -7,6 +7,7 @@ a child dies before it is ready. No test leaves a process behind.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -14,6 +15,7 @@ import socket
 import subprocess
 import sys
 import time
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -22,6 +24,8 @@ from bridge.apps.demo.cluster import Cluster, ClusterSpec
 from bridge.apps.demo.errors import ServiceFailed
 from bridge.apps.demo.workload import LoadProcess
 from bridge.apps.diff import diff
+from bridge.errors import BridgeError
+from bridge.meta.client import MetaClient
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -63,12 +67,21 @@ def test_demo_ends_with_downstream_equal_to_upstream(tmp_path: Path) -> None:
     assert summary["equal"] and summary["tables"] >= 5, summary
     assert summary["load"]["transactions"] > 0 and summary["load"]["ddl"] > 0, summary
     assert summary["checkpoint_ts"] >= summary["target_ts"] > 0
+    tokens = set()
     for name in ("meta", "pump-1", "pump-2", "pump-3", "drainer"):
         assert (data_dir / f"{name}.toml").is_file() and (data_dir / "logs" / f"{name}.log").is_file()
+        assert (data_dir / f"{name}.toml").stat().st_mode & 0o777 == 0o600
+        tokens.add(tomllib.loads((data_dir / f"{name}.toml").read_text())["cluster-token"])
+    assert len(tokens) == 1 and len(tokens.pop()) >= 32  # one generated secret for the cluster
     assert sorted(p.name for p in (data_dir / "drainer" / "binlog-files").iterdir()), "file sink empty"
     assert processes_under(data_dir) == []
     report = diff(f"sqlite://{data_dir / 'upstream.db'}", f"sqlite://{data_dir / 'drainer' / 'sqlite'}")
     assert report.equal and report.tables, "\n".join(report.lines())
+
+
+async def timestamp_without_a_token(meta_addr: str) -> int:
+    async with MetaClient(meta_addr, timeout=10.0, token="") as meta:
+        return await meta.get_timestamp()
 
 
 def test_sigterm_mid_run_stops_every_child(tmp_path: Path) -> None:
@@ -93,6 +106,8 @@ def test_sigterm_mid_run_stops_every_child(tmp_path: Path) -> None:
     cluster = Cluster.from_data_dir(data_dir)
     try:
         cluster.start()
+        with pytest.raises(BridgeError, match=r"UNAUTHENTICATED|token"):  # the demo's token is required
+            asyncio.run(timestamp_without_a_token(cluster.meta_addr))
         assert_replicated(cluster, f"sqlite://{data_dir / 'upstream.db'}")
     finally:
         cluster.stop()

@@ -70,7 +70,7 @@ def short_timeout_producer(meta_addr: str) -> Producer:
     unavailable while its disk is full; the test wants the error, not the retries)."""
     producer = Producer(meta_addr)
     producer.client.close()
-    config = PumpClientConfig(write_timeout=2.0, probe_interval=0.2)  # type: ignore[call-arg]
+    config = PumpClientConfig(write_timeout=2.0, probe_interval=0.2)
     producer.client = PumpsClient(meta_addr, config)
     producer.client.start()
     return producer
@@ -100,13 +100,13 @@ def raw_write(addr: str, cluster_id: int, start_ts: int) -> tuple[grpc.StatusCod
     )
     binlog = prewrite(start_ts, [mutation], b"raw")
     with grpc.insecure_channel(addr, options=channel_options(64 << 20)) as channel:
-        stub = pump_pb2_grpc.PumpStub(channel)  # type: ignore[no-untyped-call]
+        stub = pump_pb2_grpc.PumpStub(channel)
         request = pump_pb2.WriteBinlogReq(clusterID=cluster_id, payload=binlog.SerializeToString())
         try:
             answer = stub.WriteBinlog(request, timeout=10)
         except grpc.RpcError as exc:
-            return exc.code(), exc.details()  # type: ignore[attr-defined,no-any-return]
-    return grpc.StatusCode.OK, answer.errmsg  # type: ignore[no-any-return]
+            return exc.code(), exc.details()
+    return grpc.StatusCode.OK, answer.errmsg
 
 
 def fill_until_refused(producer: Producer, first_row: int) -> tuple[int, str]:
@@ -156,7 +156,7 @@ def test_a_full_disk_refuses_writes_and_recovers_when_space_returns(tmp_path: Pa
         last = producer.written[-1].commit_ts
         drainer.wait_checkpoint(last)
         assert strip_ddl_details(delivered(drainer.records())) == expected_records(producer.written)
-        assert pump.child.proc.poll() is None  # it never crashed  # type: ignore[union-attr]
+        assert pump.child is not None and pump.child.proc.poll() is None  # it never crashed
     finally:
         producer.close()
         drainer.kill()

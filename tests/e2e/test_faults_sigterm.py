@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from bridge import mysql
 from bridge.dsn import parse_dsn
 from tests.support.drainer_cluster import (
     DrainerProcess,
@@ -44,7 +45,7 @@ HANG_GUARD = 30.0  # seconds a stop may take before the test calls it hung (not 
 
 
 def checkpoint_row(schema: str) -> int | None:
-    conn = DSN.connect(database=None, autocommit=True)
+    conn = mysql.connect(DSN, database=None, autocommit=True)
     try:
         with conn.cursor() as cursor:
             cursor.execute(f"SELECT commit_ts FROM `{schema}`.`checkpoint`")
@@ -55,7 +56,7 @@ def checkpoint_row(schema: str) -> int | None:
 
 
 def drop_schema(schema: str) -> None:
-    conn = DSN.connect(database=None, autocommit=True)
+    conn = mysql.connect(DSN, database=None, autocommit=True)
     try:
         with conn.cursor() as cursor:
             cursor.execute(f"DROP DATABASE IF EXISTS `{schema}`")

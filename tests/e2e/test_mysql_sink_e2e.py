@@ -84,6 +84,8 @@ class Pipeline:
         self.downstream = downstream
         self.workdir = workdir
         self.cluster: Cluster | None = None
+        self.login = ""  # how the sink and the checkpoint log in downstream ("": as root)
+        self.checkpoint_options: dict[str, Any] = {}
 
     @property
     def upstream(self) -> str:
@@ -101,8 +103,9 @@ class Pipeline:
     def start(self, **sink: Any) -> Cluster:
         # the sink's progress table and the checkpoint in a database of this test's own
         own = f"ckpt_{self.database}"
-        mysql_sink = {"dsn": self.downstream.dsn, "progress-schema": own, **SINK_SETTINGS, **sink}
-        checkpoint = {"type": "mysql", "dsn": self.downstream.dsn, "schema": own}
+        login = self.login or self.downstream.dsn
+        mysql_sink = {"dsn": login, "progress-schema": own, **SINK_SETTINGS, **sink}
+        checkpoint = {"type": "mysql", "dsn": login, "schema": own, **self.checkpoint_options}
         spec = ClusterSpec(
             self.workdir / "cluster",
             pumps=3,

@@ -52,14 +52,14 @@ def topic_ends(bootstrap: str, prefix: str) -> offsets.Offsets:
 
 def documents(path: Path) -> dict[str, tuple[Any, ...]]:
     """Every document of an index, live or tombstone: id -> (live, commit_ts, position, row)."""
-    index = tantivy.Index.open(str(path))
-    index.reload()
-    searcher = index.searcher()
     out = {}
-    for _, address in searcher.search(tantivy.Query.all_query(), limit=max(searcher.num_docs, 1)).hits:
-        doc = searcher.doc(address).to_dict()
-        row = json.dumps(search.hit(doc)["row"], sort_keys=True)
-        out[doc["_id"][0]] = (doc["_live"][0], doc["_ts"][0], doc["_pos"][0], row)
+    for index in search.open_existing(path):
+        searcher = index.searcher()
+        for _, address in searcher.search(tantivy.Query.all_query(), limit=max(searcher.num_docs, 1)).hits:
+            doc = searcher.doc(address).to_dict()
+            row = json.dumps(search.hit(doc)["row"], sort_keys=True)
+            assert doc["_id"][0] not in out, f"{doc['_id'][0]} in two shards"
+            out[doc["_id"][0]] = (doc["_live"][0], doc["_ts"][0], doc["_pos"][0], row)
     return out
 
 
@@ -68,7 +68,6 @@ def assert_found_by_key(dsn: str, index_path: Path) -> int:
     from tests.support.spark_sources import diff_module
 
     index = search.open_existing(index_path)
-    index.reload()
     source = diff_module("").open_source(dsn, "--upstream")
     found = 0
     try:
@@ -189,9 +188,9 @@ def test_load_streamed_into_the_index_and_snapshot_equals_the_upstream(
         wait_for(lambda: streaming.applied_through(ends), "index batch through the end of every topic")
         # a row committed now, into a table created now (a topic the job has not seen), is found
         word = commit_probe_row(cluster.meta_addr, upstream)
-        index = search.open_existing(tmp_path / "live")
         wait_for(
-            lambda: index.reload() or search.get(index, f"main/spark_probe/{word}"), "the probe row indexed"
+            lambda: search.get(search.open_existing(tmp_path / "live"), f"main/spark_probe/{word}"),
+            "the probe row indexed",
         )
         final_ts = cluster.timestamp()
         cluster.wait_caught_up(final_ts, timeout=HANG_GUARD)

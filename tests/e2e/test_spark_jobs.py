@@ -1,6 +1,8 @@
 """The index job as a user runs it (``python -m spark_consumers index``, its own Spark driver): SIGKILLed
 mid-run and restarted from its checkpoint, then SIGTERMed while streaming; and on a Spark standalone
-cluster (a master and a worker started from pyspark's own launcher class). Each must give the same
+cluster (a master and two workers started from pyspark's own launcher class), where each worker's
+executor writes about half of the documents into its shards, and where a worker SIGKILLed during the
+run leaves the retried tasks to the other. Each must give the same
 documents as the job run in this process (the test run's SparkSession) from an empty checkpoint.
 
 The topic holds changes encoded as the Kafka sink encodes them (``bench spark``'s producer: inserts
@@ -9,7 +11,10 @@ and updates of an 8-column table, single-object encoding), written before the jo
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import signal
 import sys
 import uuid
 from collections.abc import Iterator
@@ -93,38 +98,82 @@ def test_sigkilled_driver_restarts_from_its_checkpoint_and_sigterm_stops_after_a
     assert_same_documents(documents(tmp_path / "index"), reference)
 
 
-@pytest.fixture
-def standalone(tmp_path: Path) -> Iterator[str]:
-    """A master and one worker (1 core, 1 GB) from the pip package's own launcher; its URL."""
+@pytest.fixture(scope="module")
+def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, list[ChildProcess]]]:
+    """A master and two workers (1 core, 1 GB each) from the pip package's own launcher: its URL
+    and the worker processes (the last test of the module SIGKILLs one)."""
+    work = tmp_path_factory.mktemp("standalone")
     home = Path(pyspark.__file__).parent
-    env = {"SPARK_HOME": str(home), "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_WORKER_DIR": str(tmp_path / "work")}
+    env = {"SPARK_HOME": str(home), "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_WORKER_DIR": str(work / "work")}
     port = free_port()
     spark_class = str(home / "bin" / "spark-class")
     master = ChildProcess([spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
                            "--port", str(port), "--webui-port", str(free_port())],
-                          tmp_path / "master.log", env)  # fmt: skip
+                          work / "master.log", env)  # fmt: skip
     url = f"spark://127.0.0.1:{port}"
-    worker = None
+    workers: list[ChildProcess] = []
     try:
         master.wait_for_line(r"I have been elected leader", timeout=START_GUARD)
-        worker = ChildProcess([spark_class, "org.apache.spark.deploy.worker.Worker", url, "--cores", "1",
-                               "--memory", "1g", "--host", "127.0.0.1", "--webui-port", str(free_port())],
-                              tmp_path / "worker.log", env)  # fmt: skip
-        worker.wait_for_line(r"Successfully registered with master", timeout=START_GUARD)
-        yield url
+        for n in range(2):
+            argv = [spark_class, "org.apache.spark.deploy.worker.Worker", url, "--cores", "1",
+                    "--memory", "1g", "--host", "127.0.0.1", "--webui-port", str(free_port())]  # fmt: skip
+            workers.append(ChildProcess(argv, work / f"worker{n}.log", env))
+        for worker in workers:
+            worker.wait_for_line(r"Successfully registered with master", timeout=START_GUARD)
+        yield url, workers
     finally:
-        for child in (worker, master):
-            if child is not None:
-                child.stop(timeout=30)
+        for child in (*workers, master):
+            child.stop(timeout=30)
 
 
-def test_the_job_on_a_standalone_cluster_gives_the_same_index(
-    kafka_bootstrap: str, topic: str, reference: dict[str, Any], standalone: str, tmp_path: Path
+def executor_shares(output: str) -> dict[str, int]:
+    """The job's closing count of documents applied per executor."""
+    found = re.search(r"^documents applied per executor: (.*)$", output, re.MULTILINE)
+    assert found is not None, output[-3000:]
+    shares: dict[str, int] = json.loads(found.group(1))
+    return shares
+
+
+def test_the_job_on_a_standalone_cluster_of_two_workers_gives_the_same_index_written_by_both(
+    kafka_bootstrap: str,
+    topic: str,
+    reference: dict[str, Any],
+    standalone: tuple[str, list[Any]],
+    tmp_path: Path,
 ) -> None:
-    job = index_job(kafka_bootstrap, topic, tmp_path, "--available-now", "--master", standalone,
-                    env={"SPARK_LOCAL_IP": "127.0.0.1"})  # fmt: skip
+    job = index_job(kafka_bootstrap, topic, tmp_path, "--available-now", "--master", standalone[0],
+                    "--max-offsets-per-trigger", "4000", env={"SPARK_LOCAL_IP": "127.0.0.1"})  # fmt: skip
     try:
-        status = job.wait(timeout=START_GUARD + 120)
+        status = job.wait(timeout=START_GUARD + 240)
+    finally:
+        job.stop()
+    assert status == 0, job.output[-3000:]
+    assert "stopped: all available data applied" in job.output
+    assert_same_documents(documents(tmp_path / "index"), reference)
+    shares = executor_shares(job.output)
+    assert len(shares) == 2, shares  # one executor per worker, each wrote shards
+    total = sum(shares.values())
+    assert all(0.4 <= n / total <= 0.6 for n in shares.values()), shares
+
+
+def test_a_sigkilled_worker_during_a_batch_ends_equal_after_the_retry(
+    kafka_bootstrap: str,
+    topic: str,
+    reference: dict[str, Any],
+    standalone: tuple[str, list[Any]],
+    tmp_path: Path,
+) -> None:
+    url, workers = standalone
+    job = index_job(kafka_bootstrap, topic, tmp_path, "--available-now", "--master", url,
+                    "--max-offsets-per-trigger", "1500", env={"SPARK_LOCAL_IP": "127.0.0.1"})  # fmt: skip
+    try:
+        job.wait_for_line(r"^batch 0: ", timeout=START_GUARD)  # the next batch's tasks are running
+        victim = workers[-1]
+        executors = Path(f"/proc/{victim.proc.pid}/task/{victim.proc.pid}/children").read_text().split()
+        victim.kill()  # the worker JVM, then its executor (which would exit on losing its worker)
+        for pid in executors:
+            os.kill(int(pid), signal.SIGKILL)
+        status = job.wait(timeout=START_GUARD + 240)
     finally:
         job.stop()
     assert status == 0, job.output[-3000:]

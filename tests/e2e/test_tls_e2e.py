@@ -155,15 +155,15 @@ async def grpc_code(addr: str, security: SecurityConfig | None, call: str) -> gr
     channel = aio_channel(addr, security)
     try:
         if call == "PullBinlogs":
-            stream = pump_pb2_grpc.PumpStub(channel).PullBinlogs(pump_pb2.PullBinlogReq(), timeout=5)  # type: ignore[no-untyped-call]
+            stream = pump_pb2_grpc.PumpStub(channel).PullBinlogs(pump_pb2.PullBinlogReq(), timeout=5)
             async for _ in stream:
                 break
         elif call == "Heartbeat as a pump":
             status = meta_pb2.NodeStatus(node_id="ghost", addr="127.0.0.1:1", kind=meta_pb2.PUMP)
             request = meta_pb2.HeartbeatRequest(status=status)
-            await meta_pb2_grpc.MetaStub(channel).Heartbeat(request, timeout=5)  # type: ignore[no-untyped-call]
+            await meta_pb2_grpc.MetaStub(channel).Heartbeat(request, timeout=5)
         else:
-            await meta_pb2_grpc.MetaStub(channel).GetTimestamps(meta_pb2.TsoRequest(count=1), timeout=5)  # type: ignore[no-untyped-call]
+            await meta_pb2_grpc.MetaStub(channel).GetTimestamps(meta_pb2.TsoRequest(count=1), timeout=5)
         return grpc.StatusCode.OK
     except grpc.aio.AioRpcError as exc:
         return exc.code()

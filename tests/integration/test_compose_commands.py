@@ -32,6 +32,7 @@ SAMPLE_ENV = {
     "BRIDGE_MYSQL_PASSWORD": "sample-mysql-secret",
     "BRIDGE_REDIS_PASSWORD": "sample-redis-secret",
     "BRIDGE_GRAFANA_PASSWORD": "sample-grafana-secret",
+    "BRIDGE_CLUSTER_TOKEN": "sample-cluster-token",
 }
 # The healthcheck tool of each third-party image and where the image ships it (from each image's
 # documentation and Dockerfile; without a Docker engine the images cannot be opened here).
@@ -85,7 +86,7 @@ def test_every_project_command_parses_with_the_projects_parsers(compose: Compose
 def test_spark_class_commands_name_classes_in_pysparks_jars(compose: ComposeFile) -> None:
     import pyspark
 
-    classes = set()
+    classes: set[str] = set()
     for jar in (Path(pyspark.__file__).parent / "jars").glob("spark-core_*.jar"):
         with zipfile.ZipFile(jar) as archive:
             classes.update(n[:-6].replace("/", ".") for n in archive.namelist() if n.endswith(".class"))

@@ -31,6 +31,7 @@ SAMPLE_ENV = {
     "BRIDGE_MYSQL_PASSWORD": "sample-mysql-secret",
     "BRIDGE_REDIS_PASSWORD": "sample-redis-secret",
     "BRIDGE_GRAFANA_PASSWORD": "sample-grafana-secret",
+    "BRIDGE_CLUSTER_TOKEN": "sample-cluster-token",
 }
 REQUIRED_IMAGES = {
     "apache/kafka", "confluentinc/cp-schema-registry", "mariadb", "mysql", "redis",

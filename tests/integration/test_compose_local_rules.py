@@ -84,7 +84,9 @@ def _sqlite(path: Path, rows: list[tuple[int, str]]) -> str:
 
 
 @pytest.mark.parametrize(("downstream_rows", "status"), [([(1, "a"), (2, "b")], 0), ([(1, "a")], 1)])
-def test_compose_local_exits_with_verifys_status(tmp_path: Path, downstream_rows: list, status: int) -> None:
+def test_compose_local_exits_with_verifys_status(
+    tmp_path: Path, downstream_rows: list[tuple[int, str]], status: int
+) -> None:
     """A file of one service, verify: compose-local runs its command and returns what it returned."""
     upstream = _sqlite(tmp_path / "up.db", [(1, "a"), (2, "b")])
     downstream = _sqlite(tmp_path / "down.db", downstream_rows)

@@ -101,7 +101,7 @@ def test_text_keys_and_structural_differences(tmp_path: Path) -> None:
     execute(down, "UPDATE s SET v = -1 WHERE code = 'k123'")
     report = diff(up, down, chunk_size=50)
     lines = "\n".join(report.lines())
-    assert "main.only_up: DIFFERENT" in lines and "the table is missing downstream" in lines
+    assert "main.only_up: DIFFERENT: the table exists only upstream (0 rows)" in lines
     assert "column extra is missing downstream" in lines
     assert "different: code='k123': v: 123 upstream, -1 downstream" in lines
 

@@ -67,10 +67,22 @@ def test_a_table_on_one_side_only_shows_its_real_row_count(tmp_path: Path) -> No
     result = run_diff(up, down)
     assert result.returncode == 1, result.stdout + result.stderr
     lines = result.stdout.splitlines()
-    assert "main.only_up: DIFFERENT: upstream 17 rows, downstream 0;" in result.stdout
-    assert "main.only_down: DIFFERENT: upstream 0 rows, downstream 4;" in result.stdout
-    assert "  the table is missing downstream" in lines and "  the table exists only downstream" in lines
+    assert "main.only_up: DIFFERENT: the table exists only upstream (17 rows)" in lines
+    assert "main.only_down: DIFFERENT: the table exists only downstream (4 rows)" in lines
+    assert "missing, 0 extra" not in result.stdout  # no row counts that say nothing is missing
     assert "(3 tables, 22 upstream rows," in lines[-1]
+
+
+def test_each_table_is_reported_once_on_a_terminal(tmp_path: Path) -> None:
+    """Without --quiet, stdout and stderr both reach the terminal: each table's result shows once."""
+    up = sqlite_db(tmp_path / "up.db", ("same", 5), ("short", 3))
+    down = sqlite_db(tmp_path / "down.db", ("same", 5), ("short", 2))
+    command = [sys.executable, "-m", "bridge.cli", "diff", "--upstream", up, "--downstream", down]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1, result.stdout + result.stderr
+    both = result.stdout + result.stderr
+    assert both.count("main.same: equal") == 1, both
+    assert both.count("main.short: DIFFERENT") == 1, both
 
 
 @pytest.mark.mysql
@@ -95,7 +107,7 @@ def test_a_database_that_does_not_exist_is_an_error_naming_it(tmp_path: Path, un
         empty_db = sqlite_db(tmp_path / "empty.db", ("other", 1))
         against_empty = run_diff(up, empty_db, "--tables", "t")
         assert against_empty.returncode == 1
-        assert f"{unique_name}.t: DIFFERENT: upstream 3 rows, downstream 0;" in against_empty.stdout
+        assert f"{unique_name}.t: DIFFERENT: the table exists only upstream (3 rows)" in against_empty.stdout
     finally:
         with conn.cursor() as cur:
             cur.execute(f"DROP DATABASE IF EXISTS `{unique_name}`")

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from bridge import mysql
 from bridge.dsn import parse_dsn
 from tests.support.drainer_cluster import DrainerProcess
 from tests.support.process import ChildProcess, free_port, run_cli
@@ -37,7 +38,7 @@ def check(tmp_path: Path, sink_type: str, sink_table: str) -> tuple[int, list[st
 @pytest.fixture
 def mysql_user(unique_name: str) -> Iterator[tuple[str, str]]:
     """A login (user, password) granted SELECT only, dropped afterwards."""
-    root = parse_dsn(MYSQL_DSN).connect(autocommit=True)
+    root = mysql.connect(parse_dsn(MYSQL_DSN), autocommit=True)
     password = "pw-" + unique_name
     with root.cursor() as cur:
         cur.execute(f"CREATE USER '{unique_name}'@'%%' IDENTIFIED BY %s", (password,))
@@ -70,7 +71,7 @@ def test_mysql_check_passes_and_names_a_refused_login_and_missing_privileges(
     rc, lines = check(tmp_path, "mysql", weak)
     assert rc == 2 and len(lines) == 1
     assert "the user lacks INSERT, UPDATE, DELETE, CREATE, ALTER, DROP on every database" in lines[0]
-    root = parse_dsn(MYSQL_DSN).connect(autocommit=True)
+    root = mysql.connect(parse_dsn(MYSQL_DSN), autocommit=True)
     with root.cursor() as cur:
         cur.execute(f"DROP DATABASE `{unique_name}`")  # the progress schema the passing check made
     root.close()

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from bridge import mysql
 from bridge.apps.diff.mysql_source import MySQLSource
 from bridge.apps.diff.sources import DiffSourceError
 from bridge.dsn import parse_dsn
@@ -54,7 +55,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, ca: TestCA) -> Iterator[Mar
 
 
 def session_cipher(dsn_text: str) -> str:
-    conn = parse_dsn(dsn_text).connect()
+    conn = mysql.connect(parse_dsn(dsn_text))
     try:
         with conn.cursor() as cur:
             cur.execute("SHOW SESSION STATUS LIKE 'Ssl_cipher'")

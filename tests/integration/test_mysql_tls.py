@@ -117,7 +117,7 @@ def test_the_tls_modes_encrypt(tls_server: tuple[MariaDBInstance, Path], query: 
 def test_preferred_connections_share_one_context_and_still_encrypt(
     tls_server: tuple[MariaDBInstance, Path], plaintext_server: str
 ) -> None:
-    """bridge.dsn builds preferred mode's context once (pymysql loads the CA store per connect)."""
+    """bridge.mysql builds preferred mode's context once (pymysql loads the CA store per connect)."""
     server, _ = tls_server
     first, second = sink_connect(parse_dsn(server.dsn)), sink_connect(parse_dsn(server.dsn))
     plain = sink_connect(parse_dsn(plaintext_server))

@@ -85,7 +85,7 @@ class Pump:
     async def write(self, binlog: binlog_pb2.Binlog) -> str:
         """One raw ``WriteBinlog`` call; its errmsg."""
         async with aio_channel(self.addr) as channel:
-            stub = pump_pb2_grpc.PumpStub(channel)  # type: ignore[no-untyped-call]
+            stub = pump_pb2_grpc.PumpStub(channel)
             request = pump_pb2.WriteBinlogReq(clusterID=self.cluster_id, payload=binlog.SerializeToString())
             response = await stub.WriteBinlog(request, timeout=30)
             return str(response.errmsg)

@@ -101,7 +101,7 @@ async def pump_state(meta: MetaClient, node_id: str) -> str:
 async def drainer(meta: MetaClient, node_id: str, cistern: Cistern) -> AsyncIterator[str]:
     """A real Cistern gRPC server, registered ONLINE and alive as drainer ``node_id``."""
     server = grpc.aio.server()
-    drainer_pb2_grpc.add_CisternServicer_to_server(cistern, server)  # type: ignore[no-untyped-call]
+    drainer_pb2_grpc.add_CisternServicer_to_server(cistern, server)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     cistern.meta = meta

@@ -33,7 +33,7 @@ class ClusterHarness(Harness):
         startup = [ClusterNode(*node.rsplit(":", 1)) for node in nodes]
         self.client = RedisCluster(startup_nodes=startup, decode_responses=True)  # type: ignore[assignment]
 
-    def open(  # type: ignore[override]
+    def open(
         self, rules: list[dict[str, Any]], tables: tuple[row_pb2.TableSchema, ...] = (), **settings: Any
     ) -> RedisSink:
         cluster = {"cluster": True, "cluster-nodes": self.nodes[1:], "del-batch-keys": 64}

@@ -134,7 +134,7 @@ def subscribe(harness: Harness, channel: str) -> tuple[list[dict[str, Any]], thr
     """A plain redis-py subscriber collecting JSON messages of ``channel`` on a thread."""
     pubsub = harness.client.pubsub()
     pubsub.subscribe(channel)
-    assert pubsub.get_message(timeout=5)["type"] == "subscribe"  # type: ignore[index]
+    assert pubsub.get_message(timeout=5)["type"] == "subscribe"
     got: list[dict[str, Any]] = []
     stop = threading.Event()
 

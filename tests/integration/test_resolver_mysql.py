@@ -23,14 +23,8 @@ from bridge.dsn import Dsn, parse_mysql_dsn
 from bridge.tso import compose
 from pump import metrics
 from pump.config import ResolverConfig
-from pump.resolver import (
-    LostCommitSweeper,
-    MySQLStatusResolver,
-    ResolverError,
-    ResolverUnavailable,
-    StatusTableMissing,
-    build_resolver,
-)
+from pump.resolver import LostCommitSweeper, MySQLStatusResolver, build_resolver
+from pump.resolver_base import ResolverError, ResolverUnavailable, StatusTableMissing
 from pump.storage import CommittedTxn, Storage, Watermark
 from tests.support.process import free_port
 

@@ -15,7 +15,8 @@ from bridge.config import build
 from bridge.errors import ConfigError
 from bridge.tso import compose
 from pump.config import ResolverConfig
-from pump.resolver import LostCommitSweeper, StatusTableMissing, build_resolver
+from pump.resolver import LostCommitSweeper, build_resolver
+from pump.resolver_base import StatusTableMissing
 from pump.resolver_sqlite import SQLiteStatusResolver
 from pump.storage.storage import Storage
 from tests.integration.test_resolver_mysql import pull_until

@@ -59,7 +59,7 @@ ROWS: list[tuple[object, ...]] = [
 def schema(db: str, table: str = "all_types", table_id: int = 7) -> row_pb2.TableSchema:
     result = row_pb2.TableSchema(db=db, table=table, table_id=table_id, max_column_id=len(COLUMNS))
     for i, (name, kind, extra, _) in enumerate(COLUMNS, start=1):
-        result.columns.add(id=i, name=name, type=kind, nullable=name != "id", **extra)  # type: ignore[arg-type]
+        result.columns.add(id=i, name=name, type=kind, nullable=name != "id", **extra)
     result.indexes.add(name="PRIMARY", primary=True, unique=True, columns=["id"])
     return result
 

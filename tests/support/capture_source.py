@@ -107,7 +107,9 @@ class CaptureProcess:
         try:
             with conn.cursor() as cursor:
                 cursor.execute("SHOW MASTER STATUS")
-                file, offset = cursor.fetchone()[:2]
+                row = cursor.fetchone()
+                assert row is not None, "the source writes no binlog"
+                file, offset = row[:2]
         finally:
             conn.close()
 

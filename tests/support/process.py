@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bridge.apps.demo.cluster import Cluster
-from bridge.apps.demo.cluster import free_port as free_port  # one allocator: never the same port twice
+from tests.support.ports import free_port as free_port  # one allocator: never the same port twice
 
 
 def wait_until(predicate, timeout: float = 30.0, what: str = "condition", interval: float = 0.05):

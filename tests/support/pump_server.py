@@ -65,6 +65,12 @@ class PumpProcess:
         return self.workdir / f"{self.node_id}.toml"
 
     def start(self, timeout: float = 60.0) -> ChildProcess:
+        child = self.launch()
+        child.wait_for_line(r"pump ready: node_id=", timeout=timeout)
+        return child
+
+    def launch(self) -> ChildProcess:
+        """Start the child without waiting for it to be ready."""
         self.config_path.write_text(
             PUMP_TOML.format(
                 port=self.port,
@@ -78,7 +84,6 @@ class PumpProcess:
         self.starts += 1
         log_path = self.workdir / f"{self.node_id}.{self.starts}.out"
         self.child = ChildProcess(bridge_cli("pump", "--config", str(self.config_path)), log_path)
-        self.child.wait_for_line(r"pump ready: node_id=", timeout=timeout)
         return self.child
 
     def kill(self) -> None:

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import tantivy
 
 from spark_consumers.index import search
-from spark_consumers.index.store import FLOORS_FILE, table_columns
+from spark_consumers.index.shards import merged_columns, merged_floors
 
 # our kinds -> bridge.diff's kinds (bool has none: MySQL's BOOL is TINYINT)
 DIFF_KINDS = {
@@ -72,8 +72,7 @@ class IndexSource(_KeyFilter):
     def __init__(self, path: Path) -> None:
         self.label = f"index:{path}"
         self.path = path
-        self.index = search.open_existing(path)
-        self.index.reload()
+        self.shards = search.open_existing(path)
         self._rows: dict[tuple[str, str], list[dict[str, Any]]] = {}
         self._kinds: dict[tuple[str, str], dict[str, str]] = {}
         self._load()
@@ -81,25 +80,23 @@ class IndexSource(_KeyFilter):
     def _load(self) -> None:
         """Tables and columns from ``tables.json`` (the newest schema version of each; a table
         dropped since, by a floor above it, is gone); rows from the live documents."""
-        floors = (
-            json.loads(floors_file.read_text()) if (floors_file := self.path / FLOORS_FILE).exists() else []
-        )
-        for name, held in table_columns(self.path).items():
+        floors = merged_floors(self.path)
+        for name, held in merged_columns(self.path).items():
             db, _, table = name.partition(".")
             gone = [f for f in floors if f["db"] == db and f["table"] in ("", table)]
             if not any((f["ts"], f["pos"]) > (held["ts"], held["pos"]) for f in gone):
                 self._kinds[(db, table)] = dict(held["kinds"])
-        searcher = self.index.searcher()
-        live = tantivy.Query.term_query(self.index.schema, "_live", True)
-        total = search.live_documents(self.index)
-        for _, address in searcher.search(live, limit=max(total, 1)).hits:
-            doc = searcher.doc(address).to_dict()
-            db, _, table = doc["_table"][0].partition(".")
-            row = (doc.get("row") or [{}])[0]
-            kinds = self._kinds.get((db, table), {})
-            self._rows.setdefault((db, table), []).append(
-                {c: _from_index(row.get(c), k) for c, k in kinds.items()}
-            )
+        for index in self.shards:
+            searcher = index.searcher()
+            live = tantivy.Query.term_query(index.schema, "_live", True)
+            for _, address in searcher.search(live, limit=max(search.live_documents(index), 1)).hits:
+                doc = searcher.doc(address).to_dict()
+                db, _, table = doc["_table"][0].partition(".")
+                row = (doc.get("row") or [{}])[0]
+                kinds = self._kinds.get((db, table), {})
+                self._rows.setdefault((db, table), []).append(
+                    {c: _from_index(row.get(c), k) for c, k in kinds.items()}
+                )
 
     def tables(self) -> list[tuple[str, str]]:
         return sorted(self._kinds)

@@ -42,9 +42,13 @@ def _answers(port: int) -> bool:
 class PrivateTansu:
     """``start()`` / ``kill()`` / ``start()`` again: the broker; ``close()`` ends it and the S3 server."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, advertised_port: int | None = None, memory: bool = False) -> None:
+        """``advertised_port``: the port the broker tells clients to dial (a fault proxy's in
+        front of it); ``memory``: topics in memory (no S3 server; a kill loses them)."""
         self.workdir = workdir
         self.port = free_port()
+        self.advertised_port = advertised_port or self.port
+        self.memory = memory
         self.s3_port = free_port()
         self.s3: ChildProcess | None = None
         self.broker: ChildProcess | None = None
@@ -55,7 +59,7 @@ class PrivateTansu:
         return f"127.0.0.1:{self.port}"
 
     def start(self) -> None:
-        if self.s3 is None:
+        if self.s3 is None and not self.memory:
             self._start_s3()
         self.starts += 1
         url = f"tcp://127.0.0.1:{self.port}"
@@ -66,9 +70,10 @@ class PrivateTansu:
             "AWS_ENDPOINT": f"http://127.0.0.1:{self.s3_port}",
             "AWS_ALLOW_HTTP": "true",
         }
+        storage = "memory://tansu/" if self.memory else f"s3://{BUCKET}/"
         argv = [
-            str(tansu_binary()), "broker", f"--storage-engine=s3://{BUCKET}/",
-            f"--listener-url={url}", f"--advertised-listener-url={url}",
+            str(tansu_binary()), "broker", f"--storage-engine={storage}",
+            f"--listener-url={url}", f"--advertised-listener-url=tcp://127.0.0.1:{self.advertised_port}",
         ]  # fmt: skip
         self.broker = ChildProcess(argv, self.workdir / f"tansu.{self.starts}.out", env)
         wait_until(lambda: _answers(self.port), timeout=30, what=f"tansu on {url}")

@@ -29,7 +29,7 @@ class Collector:
 async def call_notify(token: str, body: bytes, metadata: tuple[tuple[str, str], ...] = ()) -> Any:
     collector = Collector()
     server = grpc.aio.server(interceptors=auth.server_interceptors(token))
-    drainer_pb2_grpc.add_CisternServicer_to_server(CisternService(collector), server)  # type: ignore[no-untyped-call]
+    drainer_pb2_grpc.add_CisternServicer_to_server(CisternService(collector), server)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     try:

@@ -22,7 +22,7 @@ SOURCE = source_record(
 )
 
 
-def roundtrip(schema: dict, record: object) -> object:
+def roundtrip(schema: dict[str, object], record: object) -> object:
     parsed = parse_schema(schema)
     out = io.BytesIO()
     schemaless_writer(out, parsed, record)

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
-from bench.cpu import CpuMeter, cpu_seconds, listener_pid
+from bench.cpu import Budget, CpuMeter, cpu_seconds, listener_pid, process_role
 
 
 def _burn(seconds: float) -> None:
@@ -48,3 +51,36 @@ def test_meter_reports_per_row_microseconds_and_none_for_unknown_parties() -> No
     per_row = meter.per_row_us(1000)
     assert per_row["me"] == pytest.approx(spent["me"] * 1000, rel=0.01)
     assert per_row["nobody"] is None
+
+
+def test_budget_names_child_processes_by_role_and_counts_per_row() -> None:
+    ticks = iter(range(0, 1000, 10))
+    child = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(0.01)"])
+    try:
+        budget = Budget(servers={"nobody": None}, counters={"calls": lambda: float(next(ticks))})
+        budget.start()
+        _burn(0.05)
+        report = budget.stop(rows=100)
+    finally:
+        child.kill()
+        child.wait()
+    per_row = report["cpu_us_per_row"]
+    assert isinstance(per_row, dict)
+    assert per_row["producer"] is not None and per_row["producer"] >= 400  # 0.04 s over 100 rows
+    assert per_row["nobody"] is None
+    assert [name for name in per_row if name not in ("producer", "measuring", "nobody")] == [
+        Path(sys.executable).name
+    ]
+    assert report["per_1000_rows"] == {"calls": 100.0}
+
+
+def test_process_role_is_the_binlog_bridge_subcommand() -> None:
+    child = subprocess.Popen(
+        [sys.executable, "-m", "bridge.cli", "--log-level", "warning", "pump", "--help"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert process_role(child.pid) in ("pump", "gone")  # "gone" only if it already exited
+    finally:
+        child.wait()

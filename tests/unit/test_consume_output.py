@@ -62,7 +62,7 @@ def test_each_kind_of_message_has_its_shape() -> None:
         "topic": "bridge.shop.t", "partition": 1, "offset": 42, "key": {"id": 1}, "tombstone": True,
     }  # fmt: skip
     with pytest.raises(TypeError):
-        item_dict(EndItem(WHERE))  # type: ignore[arg-type]
+        item_dict(EndItem(WHERE))
 
 
 def parse(*argv: str) -> argparse.Namespace:

@@ -291,14 +291,12 @@ def spark_parser() -> argparse.ArgumentParser:
 @functools.cache
 def bench_parser(name: str) -> argparse.ArgumentParser:
     """The parser ``binlog-bridge bench NAME`` parses the benchmark's options with."""
-    import importlib
+    from bridge.cli.bench import benchmarks, load_benchmark
 
-    from bridge.cli.bench import BENCHES
-
-    if name not in BENCHES:
+    if name not in benchmarks():
         raise ParseRefused(f"binlog-bridge bench: no benchmark {name!r}")
     parser = argparse.ArgumentParser(prog=f"binlog-bridge bench {name}")
-    importlib.import_module(BENCHES[name]).add_arguments(parser)
+    load_benchmark(name).add_arguments(parser)
     return parser
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from bridge.config import build
-from bridge.errors import ConfigError
+from bridge.errors import ConfigError, skip_hint
 from bridge.proto import row_pb2
 from drainer.config import FilterConfig
-from drainer.sync.filter import TableFilter, skip_hint
+from drainer.sync.filter import TableFilter
 
 Change = row_pb2.SchemaChange
 

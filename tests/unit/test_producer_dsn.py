@@ -191,8 +191,9 @@ def test_connect_sqlite_read_only_never_writes_nor_creates(tmp_path: Path) -> No
 def test_pymysql_args_carry_the_dsn_and_let_the_caller_add_or_replace() -> None:
     dsn = parse_dsn(
         "mysql://u:p%40ss@db.example:3307/shop?charset=latin1&connect_timeout=3&ssl-mode=disabled"
+        "&read_timeout=40"
     )
-    args = dsn.pymysql_args(connect_timeout=10, autocommit=True)
+    args = dsn.pymysql_args(connect_timeout=10, read_timeout=20, autocommit=True)
     assert args == {
         "host": "db.example",
         "port": 3307,
@@ -202,11 +203,14 @@ def test_pymysql_args_carry_the_dsn_and_let_the_caller_add_or_replace() -> None:
         "charset": "latin1",
         "unix_socket": None,
         "connect_timeout": 3.0,  # the DSN's wins over the caller's default
+        "read_timeout": 40.0,
+        "write_timeout": None,  # 0 (the default): no limit
         "ssl_disabled": True,
         "autocommit": True,
     }
     plain = parse_dsn("mysql://root@h/")
     assert plain.pymysql_args(connect_timeout=7)["connect_timeout"] == 7.0
+    assert plain.pymysql_args(write_timeout=9)["write_timeout"] == 9.0
     assert plain.pymysql_args()["charset"] == "utf8mb4"
     assert plain.pymysql_args()["database"] is None
     assert dsn.pymysql_args(database=None, password="other")["database"] is None

@@ -51,7 +51,7 @@ class Store:
         self.stored += [binlog for binlog, _ in binlogs]
 
     async def pull(
-        self, after_commit_ts: int, *, max_entries: int = 0, max_bytes: int = 0
+        self, after_commit_ts: int, *, max_entries: int = 0, max_bytes: int = 0, interval: float = 0.0
     ) -> AsyncIterator[list[PullItem]]:
         for batch in self.batches:
             yield batch

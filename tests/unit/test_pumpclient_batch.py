@@ -17,6 +17,7 @@ import pytest
 from bridge.errors import PumpRejected, PumpUnavailable
 from bridge.proto import pump_pb2
 from bridge.pumpclient import PumpClientConfig
+from bridge.pumpclient.busy import Activity
 from bridge.pumpclient.node import PumpNode
 
 pytestmark = pytest.mark.timeout(30)
@@ -184,3 +185,29 @@ def test_a_binlog_that_waited_past_its_timeout_fails_and_is_not_sent() -> None:
 
     run_with_node(config, stub, body)
     assert stub.calls == [[payload(0)], [payload(2)]]
+
+
+def test_while_other_calls_of_the_client_are_in_progress_a_batch_gathers_for_batch_linger() -> None:
+    stub = HeldStub()
+    stub.hold = False
+    activity = Activity()
+    activity.calls = 1  # a call elsewhere in the client (a timestamp ask, a write to another pump)
+    config = PumpClientConfig(batch_linger=0.05)
+
+    async def main() -> None:
+        node = PumpNode("pump-1", "127.0.0.1:1", config, 1, lambda n, gone: None, activity)
+        node._stub = stub  # type: ignore[assignment]  # the stand-in answers in place of a pump
+        try:
+            activity.calls += 1
+            first = asyncio.ensure_future(node.write(payload(0), "prewrite", timeout=5))
+            while not node.gathering:  # the sender starts and waits for more
+                await asyncio.sleep(0)
+            assert not stub.calls
+            activity.calls += 3
+            rest = [asyncio.ensure_future(node.write(payload(n), "prewrite", timeout=5)) for n in range(1, 4)]
+            await asyncio.gather(first, *rest)
+        finally:
+            await node.close(grace=1.0)
+
+    asyncio.run(main())
+    assert stub.calls == [[payload(n) for n in range(4)]]  # one call, no second sender meanwhile

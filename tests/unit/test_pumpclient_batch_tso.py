@@ -9,6 +9,7 @@ import asyncio
 import pytest
 
 from bridge.errors import MetaUnavailable
+from bridge.pumpclient.busy import Activity
 from bridge.pumpclient.timestamps import TimestampBatcher
 from bridge.tso import MAX_LOGICAL
 
@@ -117,5 +118,43 @@ def test_close_cancels_waiting_callers() -> None:
         await batcher.close()
         with pytest.raises(asyncio.CancelledError):
             await waiting
+
+    asyncio.run(main())
+
+
+def test_while_other_calls_are_in_progress_a_call_waits_for_more_asks() -> None:
+    async def main() -> None:
+        oracle = Oracle()
+        oracle.hold = False
+        activity = Activity()
+        activity.calls = 1  # another call of the client (a write) is in progress
+        batcher = TimestampBatcher(oracle.allocate, linger=0.05, activity=activity)
+
+        async def ask() -> int:
+            activity.calls += 1
+            try:
+                return await batcher.get()
+            finally:
+                activity.calls -= 1
+
+        first = asyncio.ensure_future(ask())
+        await asyncio.sleep(0)  # the first ask is waiting out the linger; these join it
+        rest = [asyncio.ensure_future(ask()) for _ in range(3)]
+        assert sorted(await asyncio.gather(first, *rest)) == [1000, 1001, 1002, 1003]
+        assert oracle.calls == [4]
+
+    asyncio.run(main())
+
+
+def test_a_lone_asker_never_waits_for_the_linger() -> None:
+    async def main() -> None:
+        oracle = Oracle()
+        oracle.hold = False
+        activity = Activity()
+        batcher = TimestampBatcher(oracle.allocate, linger=600.0, activity=activity)
+        activity.calls += 1
+        assert await batcher.get() == 1000  # a linger of 10 minutes would time the test out
+        activity.calls -= 1
+        assert oracle.calls == [1]
 
     asyncio.run(main())

@@ -1,4 +1,4 @@
-"""[[sink.kafka.topic-route]] (drainer.sync.topicroute): topic names by route rules, config errors
+"""[[sink.kafka.topic-route]] (drainer.sinks.kafka.topicroute): topic names by route rules, config errors
 naming the rule, and the kafka sink's TopicNames using them before topic-template."""
 
 from __future__ import annotations

@@ -117,3 +117,28 @@ def test_a_dropped_table_loses_its_documents_and_older_replays(tmp_path: Path) -
     reopened = ChangeIndex(tmp_path)  # floors are kept beside the index
     assert apply(reopened, row("c", 3, item(3))) == (0, 0)
     assert apply(reopened, row("c", 6, item(4))) == (1, 0)
+
+
+def rename(old: str, new: str, ts: int) -> dict[str, Any]:
+    before = json.dumps({"old_db": "shop", "old_table": old})
+    return {"db": "shop", "table": new, "op": "RENAME_TABLE", "key": None, "before": before, "after": None,
+            "types": json.dumps(KINDS), "commit_ts": ts, "position": -1}  # fmt: skip
+
+
+def test_a_renamed_tables_documents_move_to_the_new_name(tmp_path: Path) -> None:
+    """Indexed rows move at the rename's version (dates and text intact); rows of the same batch
+    move too, through a chain of renames; a newer change of the new name wins; replays change nothing."""
+    index = ChangeIndex(tmp_path)
+    apply(index, row("c", 1, item(1, "brass lantern")), row("c", 1, item(2), pos=1))
+    before = live(tmp_path)["shop/items/1"]["row"]
+    batch = [row("c", 2, item(3, "oak table")), rename("items", "goods", 5), rename("goods", "wares", 6),
+             {**row("u", 7, item(2, "steel lamp")), "table": "wares"}]  # fmt: skip
+    apply(index, *batch)
+    found = live(tmp_path)
+    assert sorted(found) == ["shop/wares/1", "shop/wares/2", "shop/wares/3"]
+    assert found["shop/wares/1"]["row"] == before and found["shop/wares/1"]["commit_ts"] == 6
+    assert found["shop/wares/2"]["row"]["title"] == "steel lamp"
+    assert [h["id"] for h in search.search(tmp_path, "lantern")] == ["shop/wares/1"]
+    assert apply(index, *batch) == (0, 0)
+    index.close()
+    assert apply(ChangeIndex(tmp_path), row("c", 3, item(9))) == (0, 0)  # the old name is floored

@@ -73,7 +73,7 @@ def test_a_rename_floors_the_old_name() -> None:
     old = json.dumps({"old_db": "main", "old_table": "old"})
     rename = {"db": "main", "table": "new", "op": "RENAME_TABLE", "key": None, "after": None, "types": "{}",
               "before": old, "commit_ts": 3, "position": -1}  # fmt: skip
-    assert latest_per_document([rename]).floors == [Floor("main", "old", (3, -1))]
+    assert latest_per_document([rename]).floors == [Floor("main", "old", (3, -1), "main", "new")]
 
 
 def test_key_text() -> None:

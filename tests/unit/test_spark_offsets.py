@@ -77,3 +77,16 @@ def test_job_config_flags_over_the_file_and_errors_name_the_key(tmp_path: Path) 
     with pytest.raises(ConfigError, match=r"^trigger-interval"):
         build_config("index", {"trigger-interval": "soon"}, file)
     assert parse_duration("2s", "k") == 2.0 and parse_duration("1m", "k") == 60.0
+
+
+def test_job_config_goes_through_the_one_config_builder(tmp_path: Path) -> None:
+    """A misspelled key is refused with a hint and durations take the project's one grammar."""
+    file = {"bootstrap-servers": "k:9092", "topics": "p.*, q.t", "checkpoint": "/c", "index": "/i"}
+    with pytest.raises(ConfigError, match=r"^chekpoint: unknown key \(did you mean 'checkpoint'\?\)"):
+        build_config("index", {}, {**file, "chekpoint": "/c"})
+    with pytest.raises(ConfigError, match=r"^trigger-interval: expected a duration"):
+        build_config("index", {"trigger-interval": "2 seconds"}, file)
+    with pytest.raises(ConfigError, match=r"^text-fields: must be a table"):
+        build_config("index", {}, {**file, "text-fields": "title"})
+    config = build_config("index", {"trigger-interval": "1h", "shards": 4}, file)
+    assert config.trigger_interval == 3600.0 and config.shards == 4 and config.topics == ["p.*", "q.t"]

@@ -12,7 +12,7 @@ Errors of the producer's code the capture reuses (``UnsupportedSchema``,
 
 from __future__ import annotations
 
-from bridge.errors import BridgeError, UserError
+from bridge.errors import BridgeError, Unreachable, UserError
 
 
 class CaptureError(BridgeError):
@@ -31,7 +31,7 @@ class SchemaMismatch(CaptureError, UserError):
     """Rows arrived whose columns differ from the schema the capture tracks for their table."""
 
 
-class SourceUnavailable(CaptureError):
+class SourceUnavailable(CaptureError, Unreachable):
     """The connection to the upstream broke or could not be opened."""
 
     retriable = True

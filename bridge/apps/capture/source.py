@@ -40,6 +40,7 @@ from pymysqlreplication.row_event import (  # type: ignore[import-untyped]
     WriteRowsEvent,
 )
 
+from bridge import mysql
 from bridge.apps.capture.errors import PositionLost, SourceUnavailable, UpstreamNotReady
 from bridge.apps.capture.position import Position
 from bridge.dsn import Dsn
@@ -77,7 +78,7 @@ EVENTS = [
 def connect(dsn: Dsn, **extra: Any) -> pymysql.connections.Connection[Any]:
     """A plain pymysql connection to the source (no default database); errors translated."""
     try:
-        return dsn.connect(database=None, autocommit=True, **extra)
+        return mysql.connect(dsn, database=None, autocommit=True, **extra)
     except pymysql.err.MySQLError as exc:
         raise SourceUnavailable(f"{dsn.redacted()}: connect failed: {exc.args[-1]}") from exc
 
@@ -170,7 +171,15 @@ class _TwoConnections:
 
 def open_stream(dsn: Dsn, server_id: int, position: Position, databases: list[str], heartbeat: float) -> Any:
     """A blocking ``BinLogStreamReader`` positioned just after ``position``."""
-    settings = {k: v for k, v in dsn.pymysql_args(database=None).items() if k != "database" and v is not None}
+    # The heartbeat (seconds) keeps an idle stream under the read timeout.
+    timeouts = mysql.DEFAULT_TIMEOUTS
+    args = dsn.pymysql_args(
+        connect_timeout=timeouts.connect_timeout,
+        read_timeout=max(timeouts.read_timeout, 3 * heartbeat),
+        write_timeout=timeouts.write_timeout,
+        database=None,
+    )
+    settings = {k: v for k, v in args.items() if k != "database" and v is not None}
     kwargs: dict[str, Any] = {}
     by_gtid = position.mode == "gtid" and bool(position.gtid)
     if by_gtid:

@@ -115,9 +115,6 @@ class ResolvedBuffer:
         tp = (topic, partition)
         return self._watermarks.get(tp, self._retired.get(tp, 0))
 
-    def is_assigned(self, topic: str) -> bool:
-        return topic in self._assigned_topics
-
     def resolved(self, topic: str, partition: int, resolved_ts: int) -> None:
         """A watermark read on ``topic``/``partition`` (watermarks never move back)."""
         tp = (topic, partition)
@@ -215,7 +212,3 @@ class ResolvedBuffer:
     def close(self) -> None:
         """Delete the spill store (rows on disk not applied yet are gone)."""
         self._spill.close()
-
-
-def rows_of(items: Iterable[Released]) -> list[RowItem]:
-    return [i for i in items if isinstance(i, RowItem)]

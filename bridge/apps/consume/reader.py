@@ -33,7 +33,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, KafkaException, Message
@@ -51,7 +51,7 @@ from bridge.apps.consume.items import (
     TombstoneItem,
     Where,
 )
-from bridge.errors import BridgeError, ProtocolError, UserError
+from bridge.errors import BridgeError, ProtocolError, Unreachable, UserError
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ class ConsumeError(BridgeError):
     """A message cannot be read or decoded; names topic, partition and offset."""
 
 
-class BrokerUnreachable(UserError):
+class BrokerUnreachable(Unreachable):
     """No broker of ``--bootstrap-servers`` answered."""
 
 
@@ -94,6 +94,7 @@ def consumer_config(
         "auto.offset.reset": "earliest",
         "enable.partition.eof": True,  # end-of-partition events retire dropped tables' topics
         "socket.connection.setup.timeout.ms": 10_000,
+        "socket.keepalive.enable": True,
     }
     config.update(extra or {})
     return config
@@ -444,7 +445,3 @@ class ChangeReader:
             return None
         _, record = self._decoder.decode(key)
         return dict(record) if isinstance(record, dict) else {"key": record}
-
-
-def topic_partitions(items: Iterable[Item]) -> set[tuple[str, int]]:
-    return {(i.where.topic, i.where.partition) for i in items}

@@ -20,7 +20,6 @@ never raises, so it belongs in a ``finally``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import os
@@ -61,38 +60,26 @@ _ports_handed_out: set[int] = set()
 _ports_lock = threading.Lock()
 
 
-PORT_SLOT_ENV = "BRIDGE_PORT_SLOT"
-EPHEMERAL_RANGE = "/proc/sys/net/ipv4/ip_local_port_range"
+PORT_RANGE_ENV = "BRIDGE_PORT_RANGE"
 
 
-def port_slot() -> tuple[int, int]:
-    """``$BRIDGE_PORT_SLOT`` as (slot, slots): set to ``k/n`` where n process trees pick ports
-    on one host at once (the test suite's parallel workers), each hands out only ports of the
-    k-th of n shares of the ephemeral range, so no two trees are given the same port.
-    Unset: (0, 1)."""
-    text = os.environ.get(PORT_SLOT_ENV, "").strip()
+def port_range() -> range | None:
+    """``$BRIDGE_PORT_RANGE`` (``low-high``): the ports :func:`free_port` picks from, so process
+    trees on one host given disjoint ranges (parallel test runs: tests/support/ports.py) never
+    pick the same port; only even ones, as the kernel's own bind to port 0 (``connect()`` takes
+    its local ports from the odd ones, so an odd pick could be taken by a client before the
+    server binds). None when unset: the kernel picks."""
+    text = os.environ.get(PORT_RANGE_ENV, "").strip()
     if not text:
-        return 0, 1
-    slot, _, slots = text.partition("/")
+        return None
+    low_text, _, high_text = text.partition("-")
     try:
-        k, n = int(slot), int(slots)
+        low, high = int(low_text), int(high_text)
     except ValueError:
-        raise ValueError(f"{PORT_SLOT_ENV}={text!r}: expected k/n, e.g. 0/2") from None
-    if not 0 <= k < n:
-        raise ValueError(f"{PORT_SLOT_ENV}={text!r}: expected 0 <= k < n")
-    return k, n
-
-
-def _slot_ports(slot: int, slots: int) -> range:
-    """This slot's share of the kernel's ephemeral port range (where bind to port 0 picks)."""
-    low, high = 32768, 60999
-    with contextlib.suppress(OSError, ValueError):
-        low, high = map(int, Path(EPHEMERAL_RANGE).read_text().split())
-    share = (high - low + 1) // slots
-    start = low + slot * share
-    # even ports only, as the kernel's own bind to port 0: connect() takes its local ports
-    # from the odd ones, so an odd pick could be taken by some client before the server binds
-    return range(start + start % 2, start + share, 2)
+        raise ValueError(f"{PORT_RANGE_ENV}={text!r}: expected low-high, e.g. 40000-40999") from None
+    if not 1024 <= low < high <= 65535:
+        raise ValueError(f"{PORT_RANGE_ENV}={text!r}: expected 1024 <= low < high <= 65535")
+    return range(low + low % 2, high + 1, 2)
 
 
 def _unused_port(ports: range | None) -> int | None:
@@ -109,10 +96,8 @@ def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now and that this process has not
     handed out before: the kernel may give two calls in a row the same port while the first
     caller's server is not listening yet (seen: two pumps of one cluster given one port).
-    Under a :func:`port_slot` of n > 1, only a port of this slot's share of the range (the
-    kernel's own pick has a parity of its own: Linux binds port 0 to even ports)."""
-    slot, slots = port_slot()
-    ports = _slot_ports(slot, slots) if slots > 1 else None
+    Under ``$BRIDGE_PORT_RANGE``, only a port of that range (:func:`port_range`)."""
+    ports = port_range()
     with _ports_lock:
         for _ in range(1000):
             port = _unused_port(ports)
@@ -145,6 +130,7 @@ class ClusterSpec:
     resolver: Mapping[str, Any] = field(default_factory=lambda: {"type": "none"})
     pump_settings: Mapping[str, Any] = field(default_factory=dict)
     drainer_settings: Mapping[str, Any] = field(default_factory=dict)
+    cluster_token: str = ""  # "" = none; else written into every config (bridge.auth)
     ready_timeout: float = 90.0
     stop_timeout: float = 30.0
 
@@ -189,7 +175,9 @@ class Cluster:
         pumps = sum(name.startswith("pump-") for name in ports)
         if "meta" not in ports or DRAINER not in ports or not pumps:
             raise DemoError(f"{data_dir}: no meta.toml, pump-N.toml and drainer.toml written by a demo")
-        cluster = cls(ClusterSpec(data_dir, pumps=pumps), ports)
+        meta = tomllib.loads((data_dir / "meta.toml").read_text(encoding="utf-8"))
+        token = str(meta.get("cluster-token", ""))
+        cluster = cls(ClusterSpec(data_dir, pumps=pumps, cluster_token=token), ports)
         cluster.configs_written = True
         return cluster
 
@@ -237,6 +225,8 @@ class Cluster:
         for name, member in self.members.items():
             builder = {"meta": self._meta_config, "pump": self._pump_config, DRAINER: self._drainer_config}
             table = builder[member.kind](member)
+            if self.spec.cluster_token:
+                table = {"cluster-token": self.spec.cluster_token, **table}
             command = f"binlog-bridge {member.kind} --config {self.config_path(name)}"
             out[name] = tomlfile.dumps(table, f"{name} of the demo cluster; run by hand with:\n  {command}")
         return out
@@ -244,7 +234,11 @@ class Cluster:
     def write_configs(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         for name, text in self.configs().items():
-            self.config_path(name).write_text(text, encoding="utf-8")
+            path = self.config_path(name)
+            if self.spec.cluster_token:  # it holds the cluster's secret: owner only, before it is written
+                path.touch(mode=0o600)
+                path.chmod(0o600)
+            path.write_text(text, encoding="utf-8")
         self.configs_written = True
 
     def _meta_config(self, member: Member) -> dict[str, Any]:
@@ -356,7 +350,9 @@ class Cluster:
         """A fresh TSO timestamp: above every commit_ts handed out before the call."""
 
         async def fetch() -> int:
-            async with MetaClient(self.meta_addr, timeout=10.0) as meta:
+            async with MetaClient(
+                self.meta_addr, timeout=10.0, token=self.spec.cluster_token or None
+            ) as meta:
                 return await meta.get_timestamp()
 
         return asyncio.run(fetch())

@@ -3,6 +3,11 @@
 1. A data dir (a fresh temporary one unless given; a given one must be empty).
 2. The cluster (:mod:`bridge.apps.demo.cluster`): meta, ``pumps`` pumps, a
    drainer with the sqlite and file sinks, each waited for by its ready line.
+   They run with a cluster token (:mod:`bridge.auth`): the one in
+   ``BINLOG_BRIDGE_CLUSTER_TOKEN`` when set, else a random one made for the run. It
+   is written into every config (mode 0600) and set in this process's environment, so
+   the load, the catch-up and every child present it; a stranger's ghost pump or
+   ``ctl`` call without it is refused (docs/security.md).
 3. ``binlog-bridge load`` for ``seconds`` against the upstream (a SQLite file
    in the data dir by default), with one live progress line: the load's
    txn/s and rows/s, the drainer's lag (now minus its checkpoint's time).
@@ -17,6 +22,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import secrets
 import shutil
 import tempfile
 import time
@@ -31,6 +38,7 @@ from bridge.apps.demo.signals import deferred, interruptible
 from bridge.apps.demo.summary import DemoSummary
 from bridge.apps.demo.workload import LoadProcess
 from bridge.apps.diff import diff
+from bridge.auth import TOKEN_ENV, resolve_token
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +76,10 @@ class DemoRun:
         self.out = out
         self.live = LiveLine(err)
         self.upstream = options.upstream or f"sqlite://{data_dir / 'upstream.db'}"
-        spec = ClusterSpec(data_dir, pumps=options.pumps, resolver=resolver_for(self.upstream))
+        token = demo_token()
+        spec = ClusterSpec(
+            data_dir, pumps=options.pumps, resolver=resolver_for(self.upstream), cluster_token=token
+        )
         self.cluster = Cluster(spec)
         flags = ["--concurrency", str(options.concurrency)]
         meta = self.cluster.meta_addr
@@ -76,7 +87,7 @@ class DemoRun:
         self.lags = LagSamples()
         self.summary = DemoSummary(str(data_dir), self.upstream, self.cluster.downstream_dsn)
         self.summary.files = [
-            "configs: *.toml",
+            "configs: *.toml (with the cluster token)",
             "logs: logs/",
             *(["upstream: upstream.db"] if not options.upstream else []),
             "downstream: drainer/sqlite/",
@@ -164,6 +175,17 @@ class DemoRun:
             if status not in (0, None):
                 log_path = self.cluster.log_path(name)
                 log.warning("%s exited with status %s while stopping; see %s", name, status, log_path)
+
+
+def demo_token() -> str:
+    """The demo cluster's token: ``BINLOG_BRIDGE_CLUSTER_TOKEN`` when set, else a new random one,
+    which is then set there for this process and its children (never printed)."""
+    token = resolve_token()
+    if not token:
+        token = secrets.token_urlsafe(32)
+        os.environ[TOKEN_ENV] = token
+        log.info("the demo cluster runs with a generated cluster token (in its configs)")
+    return token
 
 
 def run_demo(options: DemoOptions, out: TextIO, err: TextIO) -> DemoSummary:

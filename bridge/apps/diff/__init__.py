@@ -15,7 +15,7 @@ DSNs are understood: :mod:`bridge.apps.diff.open`; which tables are skipped:
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from bridge.apps.diff.compare import DiffOptions, Progress, compare_table
 from bridge.apps.diff.open import open_source
@@ -35,6 +35,7 @@ def diff(
     chunk_size: int = 10_000,
     max_examples: int = 10,
     progress: Progress | None = None,
+    table_done: Callable[[TableReport], None] | None = None,
 ) -> DiffReport:
     """Compare the tables of two databases given by DSN; ``tables`` limits it (``db.t`` or ``t``).
 
@@ -42,8 +43,12 @@ def diff(
     table on either side or when there is no table to compare at all, and
     :class:`~bridge.apps.diff.sources.DiffSourceError` when a side cannot be
     read (a missing SQLite file, a MySQL database that does not exist).
+    ``progress`` gets a line now and then while a large table is read;
+    ``table_done`` gets each table's report as soon as it is compared.
     """
-    options = DiffOptions(chunk_size=chunk_size, max_examples=max_examples, progress=progress)
+    options = DiffOptions(
+        chunk_size=chunk_size, max_examples=max_examples, progress=progress, table_done=table_done
+    )
     up = open_source(upstream, "--upstream")
     try:
         down = open_source(downstream, "--downstream")
@@ -73,10 +78,10 @@ def diff_sources(
         report.tables.append(table)
         if up_ref is None or down_ref is None:
             _one_side(table, up, up_ref, down, down_ref)
-            continue
-        compare_table(up, down, up.table_info(*up_ref), down.table_info(*down_ref), table, options)
-        if options.progress is not None:
-            options.progress(table.lines()[0])
+        else:
+            compare_table(up, down, up.table_info(*up_ref), down.table_info(*down_ref), table, options)
+        if options.table_done is not None:
+            options.table_done(table)
     report.seconds = time.monotonic() - started
     return report
 
@@ -90,10 +95,10 @@ def _one_side(
 ) -> None:
     """A table that only one side holds: noted, with that side's real row count."""
     if up_ref is not None:
-        table.notes.append("the table is missing downstream")
+        table.only_on = "upstream"
         table.upstream_rows = count_rows(up, up_ref)
     elif down_ref is not None:
-        table.notes.append("the table exists only downstream")
+        table.only_on = "downstream"
         table.downstream_rows = count_rows(down, down_ref)
 
 

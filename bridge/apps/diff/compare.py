@@ -43,6 +43,7 @@ class DiffOptions:
     max_examples: int = 10
     max_chunks: int = 100
     progress: Progress | None = None
+    table_done: Callable[[TableReport], None] | None = None  # each table's report once compared
 
 
 @dataclass

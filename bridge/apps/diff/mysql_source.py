@@ -8,16 +8,17 @@ from typing import Any
 import pymysql
 import pymysql.cursors
 
+from bridge import mysql
 from bridge.apps.diff.normalize import mysql_kind
 from bridge.apps.diff.sources import (
     FETCH,
     SYSTEM_DATABASES,
     Column,
     DiffSourceError,
+    DiffSourceUnreachable,
     KeyRange,
     TableInfo,
     is_internal,
-    quote_identifier,
     range_condition,
 )
 from bridge.dsn import Dsn
@@ -39,9 +40,9 @@ class MySQLSource:
     def _connect(self, cursor: type[Any]) -> pymysql.connections.Connection[Any]:
         try:
             # No default database: without /db the source spans every database of the server.
-            conn = self._dsn.connect(database=None, autocommit=True, cursorclass=cursor)
+            conn = mysql.connect(self._dsn, database=None, autocommit=True, cursorclass=cursor)
         except pymysql.MySQLError as exc:
-            raise DiffSourceError(f"{self.label}: cannot connect: {exc.args[-1]}") from exc
+            raise DiffSourceUnreachable(f"{self.label}: cannot connect: {exc.args[-1]}") from exc
         with conn.cursor() as cur:
             cur.execute("SET time_zone = '+00:00'")  # TIMESTAMP values in UTC, as the binlog carries them
         return conn
@@ -89,9 +90,9 @@ class MySQLSource:
     def rows(
         self, db: str, table: str, columns: Sequence[str], where: KeyRange | None = None
     ) -> Iterator[tuple[object, ...]]:
-        names = ", ".join(quote_identifier(c, "`") for c in columns)
+        names = ", ".join(mysql.quote_identifier(c) for c in columns)
         condition, params = range_condition(where, "`", "%s")
-        ref = f"{quote_identifier(db, '`')}.{quote_identifier(table, '`')}"
+        ref = f"{mysql.quote_identifier(db)}.{mysql.quote_identifier(table)}"
         query = f"SELECT {names} FROM {ref}{condition}"  # noqa: S608 - quoted names, placeholders
         conn = self._connect(pymysql.cursors.SSCursor)
         try:

@@ -24,16 +24,27 @@ class TableReport:
     chunks: int = 0
     differing_chunks: int = 0
     unexamined_chunks: int = 0  # differing chunks beyond the row-by-row limit
-    notes: list[str] = field(default_factory=list)  # structural differences (tables, columns)
+    only_on: str = ""  # "upstream" or "downstream": the table exists on that side only
+    notes: list[str] = field(default_factory=list)  # structural differences (columns)
     examples: list[str] = field(default_factory=list)
 
     @property
     def equal(self) -> bool:
-        return not (self.notes or self.differing_chunks or self.missing or self.extra or self.different)
+        return not (
+            self.only_on
+            or self.notes
+            or self.differing_chunks
+            or self.missing
+            or self.extra
+            or self.different
+        )
 
     def lines(self) -> list[str]:
         if self.equal:
             return [f"{self.name}: equal ({self.upstream_rows} rows, {self.chunks} chunks)"]
+        if self.only_on:
+            rows = self.upstream_rows if self.only_on == "upstream" else self.downstream_rows
+            return [f"{self.name}: DIFFERENT: the table exists only {self.only_on} ({rows} rows)"]
         head = (
             f"{self.name}: DIFFERENT: upstream {self.upstream_rows} rows, downstream {self.downstream_rows}; "
             f"{self.missing} missing, {self.extra} extra, {self.different} different "

@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from bridge.errors import UserError
+from bridge.errors import Unreachable, UserError
 
 INTERNAL_TABLES = frozenset(("bridge_txn_status", "bridge_schema", "bridge_checkpoint"))
 SYSTEM_DATABASES = frozenset(("mysql", "sys", "information_schema", "performance_schema"))
@@ -67,6 +67,10 @@ class Source(Protocol):
 
 class DiffSourceError(UserError):
     """A side of the diff cannot be read."""
+
+
+class DiffSourceUnreachable(DiffSourceError, Unreachable):
+    """A side of the diff did not answer (connection refused, timed out)."""
 
 
 class NothingToCompareError(UserError):

@@ -36,7 +36,7 @@ from aetcd import rpc as etcd_rpc
 from aetcd import watcher as etcd_watcher
 
 from bridge.apps.meta.store import KIND_DIRS, BadEntry, LoadedNodes, node_from_json, node_to_json
-from bridge.errors import NotLeader, ProtocolError, StoreError
+from bridge.errors import NotLeader, ProtocolError, StoreError, StoreUnavailable
 from bridge.proto import meta_pb2
 
 log = logging.getLogger(__name__)
@@ -137,7 +137,7 @@ class EtcdStore:
             return await self._cluster_id()
         self._client = None
         urls = ", ".join(f"{self._scheme}://{h}:{p}" for h, p in self._urls)
-        raise StoreError(f"cannot reach etcd at {urls}: {'; '.join(errors)}")
+        raise StoreUnavailable(f"cannot reach etcd at {urls}: {'; '.join(errors)}")
 
     async def _cluster_id(self) -> int:
         key = self.key("cluster-id")

@@ -6,6 +6,11 @@ heartbeat is younger than its ``ttl_ms``: measured on the leader's wall clock
 from when the heartbeat arrived, or, for records loaded after a leader
 change, from the physical part of ``update_ts``.
 
+A node id is owned: while a node is alive, a heartbeat for its id from
+another address is refused (:class:`NodeIdTaken`, naming the holder's
+address). Once the holder has been silent for longer than its ttl (its
+lease), the id goes to whoever registers it next.
+
 ``revision`` identifies the registry's content. It changes whenever a node
 appears, or its addr, state, score, label, max_commit_ts, ttl or liveness
 changes; a heartbeat that only refreshes ``update_ts`` keeps it. It starts
@@ -22,8 +27,8 @@ from dataclasses import dataclass
 
 from bridge.apps.meta.oracle import Clock, wall_clock_ms
 from bridge.apps.meta.store import KIND_DIRS, BadEntry, LoadedNodes
-from bridge.errors import NotLeader, ProtocolError
-from bridge.meta.nodes import STATE_NAMES
+from bridge.errors import NodeIdTaken, NotLeader, ProtocolError
+from bridge.meta.nodes import KIND_NAMES, STATE_NAMES
 from bridge.proto import meta_pb2
 from bridge.tso import physical_ms
 
@@ -136,6 +141,9 @@ class Registry:
         key: NodeKey = (status.kind, status.node_id)
         lock = self._locks.setdefault(key, asyncio.Lock())
         async with lock:  # one node's heartbeats are saved in the order they are stamped
+            old = self._entries.get(key)
+            if old is not None:
+                self._check_owner(old, status)
             record = meta_pb2.NodeStatus()
             record.CopyFrom(status)
             record.ttl_ms = status.ttl_ms or DEFAULT_TTL_MS
@@ -143,12 +151,27 @@ class Registry:
             record.update_ts = await self._stamp()
             await self._save(record)
             self._check_serving()
-            old = self._entries.get(key)
             self._entries[key] = _Entry(record, self._clock() + record.ttl_ms)
             self._bad.pop(key, None)
             if old is None or not _same_except_update_ts(old.status, record):
                 self._bump()
             return int(record.update_ts)
+
+    def _check_owner(self, held: _Entry, status: meta_pb2.NodeStatus) -> None:
+        """NodeIdTaken when ``held`` is alive at an address other than ``status``'s."""
+        now = self._clock()
+        if held.status.addr == status.addr or held.expires_ms <= now:
+            return
+        holder = held.status
+        lease_ms = holder.ttl_ms or DEFAULT_TTL_MS
+        silent_ms = max(0, now - (held.expires_ms - lease_ms))
+        kind = KIND_NAMES.get(holder.kind, "node")
+        raise NodeIdTaken(
+            f"node id {holder.node_id!r} is held by the {kind} at {holder.addr} "
+            f"(status {holder.status_addr or 'none'}), heard from {silent_ms / 1000:.1f}s ago, lease "
+            f"{lease_ms / 1000:g}s; refused for {status.addr}: node ids must be unique (stop the other "
+            f"node or give this one another node-id)"
+        )
 
     async def remove(self, kind: meta_pb2.NodeKind, node_id: str) -> meta_pb2.NodeStatus:
         """Delete the record of an OFFLINE node that is not alive; returns it as it was.

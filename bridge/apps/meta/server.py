@@ -25,7 +25,7 @@ from bridge.apps.meta.member import MetaMember
 from bridge.apps.meta.metrics import member_registry, node_labels
 from bridge.apps.meta.store import MetaStore
 from bridge.auth import resolve_token, use_cluster_token
-from bridge.errors import BridgeError, ClusterMismatch, NotLeader, ProtocolError
+from bridge.errors import BridgeError, ClusterMismatch, NodeIdTaken, NotLeader, ProtocolError
 from bridge.grpcutil import add_port, channel_options, server_interceptors
 from bridge.meta.client import LEADER_METADATA_KEY
 from bridge.proto import meta_pb2, meta_pb2_grpc
@@ -59,6 +59,8 @@ class MetaService(meta_pb2_grpc.MetaServicer):
                 f"not the meta leader; leader is {leader or 'unknown'}",
                 trailing_metadata=((LEADER_METADATA_KEY, leader),),
             )
+        if isinstance(exc, NodeIdTaken):
+            await context.abort(grpc.StatusCode.ALREADY_EXISTS, _details(exc))
         if isinstance(exc, ClusterMismatch):
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, _details(exc))
         if isinstance(exc, ProtocolError):

@@ -318,6 +318,7 @@ class BinlogFileWriter:
         if self._stream is not None:
             self.sync()
             self._stream.close()
+            self._stream = None  # a new file that cannot be made leaves no closed stream behind
         self._index += 1
         path = self.directory / file_name(self._index)
         self._stream = path.open("xb")

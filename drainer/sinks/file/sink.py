@@ -109,6 +109,8 @@ def append_events(
     (resolved events only move the position); not synced. Returns the new position and the
     commit_ts of the last event appended (0: none). ``where`` starts error messages."""
     appended = 0
+    # an earlier call that failed part-way left the events before the failure stored: not again
+    position = max(position, writer.last_ts)
     for event in events:
         if event.commit_ts <= position:
             continue  # written already (a retry, or re-delivered after a restart)

@@ -10,8 +10,8 @@ from typing import Any, Literal
 from bridge.config import build
 from bridge.errors import ConfigError
 from bridge.kafkaclient import SettingValue, check_security
+from drainer.sinks.kafka.topicroute import TopicRouteConfig, TopicRouter
 from drainer.sinks.kafka.topics import BROKER_DEFAULT_REPLICATION, check_template
-from drainer.sync.topicroute import TopicRouteConfig, TopicRouter
 
 # The librdkafka settings the sink owns: the contract depends on them.
 _OWNED = {
@@ -169,6 +169,7 @@ def producer_settings(config: KafkaSinkConfig) -> dict[str, Any]:
     settings: dict[str, Any] = {
         "queue.buffering.max.kbytes": 65536,  # bounded memory; overridable
         "statistics.interval.ms": 5000,
+        "socket.keepalive.enable": True,  # a half-open connection ends; socket.timeout.ms bounds requests
         **config.producer,
         "bootstrap.servers": config.bootstrap_servers,
         "enable.idempotence": True,

@@ -37,9 +37,9 @@ from bridge.errors import BridgeError
 from bridge.kafkaclient import schema_registry_client
 from bridge.proto import row_pb2
 from bridge.schema import table_name
+from bridge.sink.acks import Batch
 from bridge.sink.errors import SinkApplyError, SinkError, SinkUnavailable
 from drainer.sinks.kafka.config import KafkaSinkConfig
-from drainer.sinks.kafka.delivery import Batch
 from drainer.sinks.kafka.producer import Headers, ProducerLink, message_size
 from drainer.sinks.kafka.topics import TopicAdmin, TopicSpec
 

@@ -1,8 +1,8 @@
 """The kafka sink's producer: librdkafka's ``Producer``, its delivery reports and its failures.
 
 :class:`ProducerLink` owns the producer (idempotent, ``acks=all``) and
-produces each message into a :class:`~drainer.sinks.kafka.delivery.Batch` of
-the :class:`~drainer.sinks.kafka.delivery.DeliveryTracker`, which turns the
+produces each message into a :class:`~bridge.sink.acks.Batch` of
+the :class:`~bridge.sink.acks.AckTracker`, which turns the
 reports into the acknowledged position. A full queue makes ``send`` wait
 (polling); a fatal producer error is recorded and the producer replaced
 before the next write (it delivers nothing more). Every librdkafka callback
@@ -27,10 +27,11 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from bridge.errors import ConfigError
 from bridge.kafkaclient import redacted
+from bridge.sink.acks import AckTracker, Batch, Failure
+from bridge.sink.batching import Warnings
 from bridge.sink.errors import SinkApplyError, SinkError, SinkUnavailable
 from drainer.sinks.kafka import metrics
 from drainer.sinks.kafka.config import KafkaSinkConfig, producer_settings
-from drainer.sinks.kafka.delivery import Batch, DeliveryTracker, Failure
 from drainer.sinks.kafka.topics import TableTopics
 
 log = logging.getLogger(__name__)
@@ -57,7 +58,9 @@ REFUSED = frozenset(
 _UNKNOWN_TOPIC = frozenset(
     {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION}
 )
-_LOG_EVERY = 10.0  # seconds between repeated warnings of one kind
+# The broker fenced the producer's id (e.g. after messages timed out while it was unreachable):
+# this producer delivers nothing more, a new one (a new id) is started as after a fatal error.
+_FENCED = frozenset({KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH})
 # Produce requests cost the broker far more per request than per message (Tansu here: ~280 us a
 # request, ~2 us a message; docs/benchmarks.md): below this many messages per `linger` the sink
 # sends each write at once, above it requests fill for up to `linger` (or until the next flush).
@@ -71,19 +74,6 @@ def message_size(key: bytes | None, value: bytes | None, headers: Headers) -> in
     for name, data in headers:
         size += len(name) + (0 if data is None else len(data))
     return size
-
-
-class Warnings:
-    """Warnings logged at most every few seconds per kind (outages repeat themselves)."""
-
-    def __init__(self) -> None:
-        self._warned: dict[str, float] = {}
-
-    def __call__(self, kind: str, message: str, *args: object) -> None:
-        now = time.monotonic()
-        if now - self._warned.get(kind, -_LOG_EVERY) >= _LOG_EVERY:
-            self._warned[kind] = now
-            log.warning(message, *args)
 
 
 class Pace:
@@ -111,7 +101,7 @@ class ProducerLink:
     """The producer of one sink and what its reports say; see the module docstring."""
 
     def __init__(
-        self, config: KafkaSinkConfig, tracker: DeliveryTracker, topics: TableTopics, warn: Warnings
+        self, config: KafkaSinkConfig, tracker: AckTracker, topics: TableTopics, warn: Warnings
     ) -> None:
         self.config = config
         self.tracker = tracker
@@ -331,7 +321,7 @@ class ProducerLink:
         topic = message.topic() or ""
         if error is None:
             self.count(topic, kind, size, 0 if kind == "schema" else batch.commit_ts, message)
-            self.tracker.delivered(batch)
+            self.tracker.acknowledged(batch)
             return
         self.delivery_error(error, topic, kind)
         failure = Failure(
@@ -347,7 +337,7 @@ class ProducerLink:
         metrics.DELIVERY_ERRORS.labels(error.name()).inc()
         if error.code() in _UNKNOWN_TOPIC:
             self.topics.admin.forget(topic)  # made again before the next message to it
-        if error.fatal():
+        if error.fatal() or error.code() in _FENCED:
             self.fatal = error
         self.warn(
             f"delivery:{error.name()}",

@@ -21,7 +21,7 @@ How it works:
   ``write`` wait (polling) instead of failing.
 - ``flush`` waits for every delivery report and returns the highest commit_ts
   such that every message at or below it was acknowledged
-  (:mod:`drainer.sinks.kafka.delivery`). A failed delivery makes ``flush``
+  (:mod:`bridge.sink.acks`). A failed delivery makes ``flush``
   raise :class:`SinkUnavailable`, and the drainer writes every unflushed event
   again (duplicates are part of the contract); refusals that retrying cannot
   mend (a message too large, authorization) raise :class:`SinkApplyError`
@@ -33,8 +33,8 @@ How it works:
 The parts: :mod:`~drainer.sinks.kafka.config` (settings),
 :mod:`~drainer.sinks.kafka.topics` (names, creation, partitions),
 :mod:`~drainer.sinks.kafka.encoding` (Avro, both framings),
-:mod:`~drainer.sinks.kafka.producer` and :mod:`~drainer.sinks.kafka.delivery`
-(producing, reports, the acknowledged position),
+:mod:`~drainer.sinks.kafka.producer` (producing, reports; the acknowledged position is
+:mod:`bridge.sink.acks`'s),
 :mod:`~drainer.sinks.kafka.watermarks`, :mod:`~drainer.sinks.kafka.metrics`;
 this module turns events into messages.
 """
@@ -55,15 +55,16 @@ from bridge.avro import DDL_SCHEMA, TableAvro, ddl_record, source_record
 from bridge.kafkaclient import redact_url
 from bridge.proto import row_pb2
 from bridge.schema import table_name
+from bridge.sink.acks import AckTracker, Failure
+from bridge.sink.batching import Warnings
 from bridge.sink.contract import Sink, SinkContext
 from bridge.sink.errors import SinkApplyError, SinkUnavailable
 from bridge.sink.events import DDLEvent, Event, ResolvedEvent, RowChange, TxnEvent
 from bridge.tso import physical_ms
 from drainer.sinks.kafka import metrics
 from drainer.sinks.kafka.config import admin_settings, load_config, producer_settings
-from drainer.sinks.kafka.delivery import DeliveryTracker, Failure
 from drainer.sinks.kafka.encoding import Encoder, SchemaPublisher, header_length
-from drainer.sinks.kafka.producer import Headers, ProducerLink, Warnings, message_size
+from drainer.sinks.kafka.producer import Headers, ProducerLink, message_size
 from drainer.sinks.kafka.topics import TableTopics, TopicAdmin, TopicNames, TopicSpec
 from drainer.sinks.kafka.watermarks import Watermarks
 
@@ -117,8 +118,8 @@ class KafkaSink(Sink):
         self._admin = TopicAdmin(admin_settings(config), min(config.delivery_timeout, 30.0))
         spec = TopicSpec(config.partitions, config.replication_factor)
         self.topics = TableTopics(self.names, self._admin, spec, config.partition_by, header_length(config))
-        self._warn = Warnings()
-        self._tracker = DeliveryTracker()
+        self._warn = Warnings(logging.getLogger("drainer.sinks.kafka.producer"))  # where they were
+        self._tracker = AckTracker()
         self.link = ProducerLink(config, self._tracker, self.topics, self._warn)
         self.schemas = SchemaPublisher(self.link, self._admin, self.names.schemas, config.replication_factor)
         self.encoder = Encoder(config, self.schemas.publish)
@@ -251,7 +252,7 @@ class KafkaSink(Sink):
         if self.link.fatal is not None:
             self.link.replace()
         where = f"kafka sink: commit_ts {failure.commit_ts}: table {failure.table or '-'}"
-        target = f" to {failure.topic}" if failure.topic else ""
+        target = f" to {failure.where}" if failure.where else ""
         metrics.FLUSH_FAILURES.labels(str(failure.retriable).lower()).inc()
         if not failure.retriable:
             raise SinkApplyError(f"{where}: delivery{target} refused: {failure.error}")

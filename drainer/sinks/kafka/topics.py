@@ -3,7 +3,7 @@
 Names (docs/kafka-sink.md, "Topics"):
 
 - a table's topic: the first ``[[sink.kafka.topic-route]]`` rule that
-  matches it (:mod:`drainer.sync.topicroute`), else ``topic-template``
+  matches it (:mod:`drainer.sinks.kafka.topicroute`), else ``topic-template``
   (default ``"{prefix}.{db}.{table}"``), with every character Kafka does not
   allow in a topic name (anything but ``A-Z a-z 0-9 . _ -``) in the database
   and table names replaced by ``_``;
@@ -37,7 +37,7 @@ from confluent_kafka.cimpl import NewTopic
 from bridge.errors import ConfigError
 from bridge.proto import row_pb2
 from bridge.sink.errors import SinkApplyError, SinkCheckFailed, SinkError, SinkUnavailable
-from drainer.sync.topicroute import TopicRouter
+from drainer.sinks.kafka.topicroute import TopicRouter
 
 log = logging.getLogger(__name__)
 _RDKAFKA_LOG = logging.getLogger("drainer.sinks.kafka.librdkafka")  # librdkafka's own log lines

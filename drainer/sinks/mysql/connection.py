@@ -10,12 +10,11 @@ by pymysql, every identifier quoted).
 
 :func:`translate_error` sorts errors:
 
-- **retriable** (:class:`SinkUnavailable`): deadlock (1213), lock wait
-  timeout (1205), the server going away or refusing connections (2002, 2003,
-  2006, 2013, 2055, 1040, 1053, 1927 connection killed, 1317 query
-  interrupted, 1290/1836 read-only during a failover), and any pymysql
-  ``OperationalError``/``InterfaceError`` without a server error code or a
-  socket error;
+- **retriable** (:class:`SinkUnavailable`): what :func:`bridge.mysql.is_retriable`
+  says may pass (its table :data:`bridge.mysql.RETRIABLE_CODES` gives the
+  reason for each code: deadlock, lock wait timeout, the server going away or
+  refusing connections, a killed connection or query, a read-only server
+  during a failover, TiDB's write conflicts...), and a socket error;
 - everything else is **non-retriable** (:class:`SinkApplyError`): a missing
   table (1146), an unknown column (1054), a duplicate key outside safe mode
   (1062), a foreign key (1452), data too long (1406)...
@@ -27,22 +26,22 @@ since MySQL quotes values in it (``Duplicate entry '42' for key ...``).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import re
-import socket
 from dataclasses import dataclass
 from typing import Any
 
-import pymysql
 from pymysql.constants import CLIENT
 
+from bridge import mysql
 from bridge.dsn import Dsn
+from bridge.mysql import RETRIABLE_CODES, close_quietly, error_code, is_retriable
 from bridge.sink.errors import SinkApplyError, SinkError, SinkUnavailable
+
+__all__ = ["ConnectSettings", "close_quietly", "describe", "error_code", "is_retriable", "translate_error"]
 
 log = logging.getLogger(__name__)
 
-RETRIABLE_CODES = frozenset((1040, 1053, 1205, 1213, 1290, 1317, 1836, 1927, 2002, 2003, 2006, 2013, 2055, 0))
 _LITERAL = re.compile(r"'(?:[^'\\]|\\.|'')*'")
 _NAMED = re.compile(r"(?i)(for key|for column|column|key|table|index|constraint|database) $")
 
@@ -59,12 +58,13 @@ class ConnectSettings:
     def connect(self, autocommit: bool) -> Any:
         """A new connection; raises pymysql errors (callers translate them)."""
         init = "SET time_zone = '+00:00', sql_mode = %s, foreign_key_checks = %s"
-        conn = self.dsn.connect(
-            connect_timeout=max(1, int(self.connect_timeout)),
+        connect_timeout = max(1, int(self.connect_timeout))
+        timeouts = mysql.MySQLTimeouts(connect_timeout, self.read_timeout, self.write_timeout)
+        conn = mysql.connect(
+            self.dsn,
+            timeouts,
             database=None,  # tables land in databases of their own names
             autocommit=autocommit,
-            read_timeout=self.read_timeout or None,
-            write_timeout=self.write_timeout or None,
             client_flag=CLIENT.MULTI_STATEMENTS,
         )
         try:
@@ -80,34 +80,6 @@ class ConnectSettings:
         return conn
 
 
-def close_quietly(conn: Any) -> None:
-    """Close ``conn`` without raising (it may be broken already)."""
-    if conn is None:
-        return
-    try:
-        conn.close()
-    except Exception:  # noqa: BLE001 - a broken connection only needs to go away
-        with contextlib.suppress(Exception):
-            conn._force_close()  # pymysql's way to drop a dead socket
-
-
-def error_code(exc: BaseException) -> int | None:
-    """The MySQL error number of a pymysql error, if it has one."""
-    args = getattr(exc, "args", ())
-    if isinstance(exc, pymysql.err.MySQLError) and args and isinstance(args[0], int):
-        return args[0]
-    return None
-
-
-def is_retriable(exc: BaseException) -> bool:
-    if isinstance(exc, OSError | socket.timeout | TimeoutError):
-        return True
-    code = error_code(exc)
-    if code is not None:
-        return code in RETRIABLE_CODES
-    return isinstance(exc, pymysql.err.OperationalError | pymysql.err.InterfaceError)
-
-
 def redact(message: str) -> str:
     """The server's message with quoted literals (values) replaced by ``'…'``; names stay."""
 
@@ -121,8 +93,7 @@ def redact(message: str) -> str:
 
 def describe(exc: BaseException) -> str:
     code = error_code(exc)
-    args: tuple[object, ...] = tuple(getattr(exc, "args", ()))
-    text = str(args[1]) if len(args) > 1 else str(exc)
+    text = mysql.server_message(exc)
     if code in RETRIABLE_CODES:  # connection and locking messages carry no values: keep them whole
         return f"({code}) {text}"
     return f"({code}) {redact(text)}" if code is not None else f"{type(exc).__name__}: {redact(text)}"

@@ -62,8 +62,9 @@ from bridge.config import build
 from bridge.errors import ProtocolError
 from bridge.proto import row_pb2
 from bridge.rowcodec import RowCodec
-from bridge.sink.contract import Sink, SinkContext
-from bridge.sink.errors import SinkError, SinkUnavailable
+from bridge.sink.batching import BatchingSink
+from bridge.sink.contract import SinkContext
+from bridge.sink.errors import SinkError
 from bridge.sink.events import DDLEvent, Event, ResolvedEvent, TxnEvent
 from drainer.sinks.mysql import metrics, preflight, procs
 from drainer.sinks.mysql.batch import Op
@@ -78,12 +79,13 @@ from drainer.sinks.mysql.workers import DB_ERRORS, Slot, Worker, WorkerPool
 log = logging.getLogger(__name__)
 
 
-class MySQLSink(Sink):
+class MySQLSink(BatchingSink):
     """See the module docstring. Built as ``MySQLSink(config_table, data_dir)``."""
 
     name = "mysql"
 
     def __init__(self, config_table: Mapping[str, Any], data_dir: Path) -> None:
+        super().__init__(log)
         self.config = build(MySQLSinkConfig, config_table, prefix="sink.mysql.")
         self.dsn = self.config.parsed_dsn()
         config = self.config
@@ -112,7 +114,6 @@ class MySQLSink(Sink):
         self._keyless_done: tuple[int, int] = (0, 0)
         self._ddl_done = self._ddl_started = 0
         self._reload_progress = False
-        self._failure: SinkError | None = None
         self._opened = False
         self.rows_dispatched = 0
         self._rows_at_flush = 0
@@ -169,10 +170,11 @@ class MySQLSink(Sink):
             self._ddl_done,
         )
 
-    def write(self, events: Sequence[Event]) -> None:
+    def write_batch(self, events: Sequence[Event]) -> None:
+        """Failures are latched (:meth:`note_failure`), never raised as retriable."""
         if not self._opened:
             raise SinkError("mysql sink: not open")
-        if self._failure is not None or not events or events[-1].commit_ts <= self._complete:
+        if not events or events[-1].commit_ts <= self._complete:
             return
         if self._reload_progress and not self._reload():
             return
@@ -185,7 +187,7 @@ class MySQLSink(Sink):
                 self._apply_ddl(event)
             elif isinstance(event, ResolvedEvent):
                 pass
-            if self._failure is not None:
+            if self.failed:
                 return
             self._complete = event.commit_ts
         # Let the workers apply what this write gave them while the next one is decoded (a buffer
@@ -194,16 +196,13 @@ class MySQLSink(Sink):
         for target, buffer in enumerate(self._pool.buffers):
             if len(buffer) >= least:
                 self._handoff(target)
-                if self._failure is not None:
+                if self.failed:
                     return
 
-    def flush(self) -> int:
+    def flush_batch(self) -> int:
         if not self._opened:
             raise SinkError("mysql sink: not open")
-        if self._failure is None:
-            self._barrier("flush")
-        if self._failure is not None:
-            raise self._recover()
+        self._barrier("flush")
         return self._committed
 
     def close(self) -> None:
@@ -310,7 +309,7 @@ class MySQLSink(Sink):
 
     def _route(self, route: Sequence[Key]) -> int | None:
         """The worker for a change with keys ``route``, after a flush of all on a conflict; None
-        when that flush failed (``_failure`` set)."""
+        when that flush failed (a failure latched)."""
         routed = self._causality.route(route)
         if routed is None:
             self.conflict_flushes += 1
@@ -326,7 +325,7 @@ class MySQLSink(Sink):
         buffer.append(item)
         if len(buffer) >= self.config.batch_rows:
             self._handoff(target)
-            if self._failure is not None:
+            if self.failed:
                 return False
             if len(self._causality) > self._max_keys and not self._barrier("keys"):
                 return False
@@ -335,15 +334,15 @@ class MySQLSink(Sink):
     def _handoff(self, target: int) -> None:
         error = self._pool.handoff(target)
         if error is not None:
-            self._note_failure(error)
+            self.note_failure(error)
 
     def _barrier(self, reason: str) -> bool:
-        """Every worker commits what it was given; False when one failed (``_failure`` set)."""
+        """Every worker commits what it was given; False when one failed (a failure latched)."""
         metrics.FLUSHES.labels(reason).inc()
         errors = self._pool.commit()
         if errors:
             for error in errors:
-                self._note_failure(error)
+                self.note_failure(error)
             return False
         if reason == "flush":
             # Spread the next window over as many workers as it gave batch-rows changes to (at least
@@ -357,17 +356,8 @@ class MySQLSink(Sink):
         self._committed = self._complete
         return True
 
-    def _note_failure(self, error: SinkError) -> None:
-        if not error.retriable:
-            self._failure = None
-            raise error
-        if self._failure is None:
-            self._failure = error
-
-    def _recover(self) -> SinkError:
+    def recover(self, failure: SinkError) -> SinkError:
         """Roll every worker back and return to the last committed position (after a retriable failure)."""
-        failure = self._failure
-        assert failure is not None
         metrics.RETRIES.labels("sink").inc()
         self._pool.rollback()
         self._causality.reset()
@@ -375,7 +365,6 @@ class MySQLSink(Sink):
         self._complete = self._committed
         self._forget_tables()
         self._reload_progress = True
-        self._failure = None
         log.warning(
             "mysql sink: rolled back to commit_ts %d after: %s; the events after it are written again, "
             "in safe mode up to commit_ts %d",
@@ -383,7 +372,7 @@ class MySQLSink(Sink):
             failure,
             self._replay_high,
         )
-        return failure if isinstance(failure, SinkUnavailable) else SinkUnavailable(str(failure))
+        return super().recover(failure)
 
     # -- progress and DDL (on the control connection) -----------------------------------
 
@@ -398,7 +387,7 @@ class MySQLSink(Sink):
             self._take_progress(self._control.conn(DB_ERRORS))
         except DB_ERRORS as exc:
             self._control.drop()
-            self._note_failure(translate_error(exc, "mysql sink: reading progress"))
+            self.note_failure(translate_error(exc, "mysql sink: reading progress"))
             return False
         self._reload_progress = False
         return True
@@ -458,7 +447,7 @@ class MySQLSink(Sink):
         """False after a retriable failure (noted); raises :class:`SinkApplyError` on a refusal."""
         error = self._control.run_ddl(event, self.cluster_id, DB_ERRORS)
         if error is not None:
-            self._note_failure(error)
+            self.note_failure(error)
             return False
         self._ddl_done = event.commit_ts
         return True

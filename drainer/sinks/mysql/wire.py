@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from bridge.errors import ProtocolError
+from bridge.errors import ProtocolError, skip_hint
 from bridge.proto import row_pb2
 from bridge.rowcodec import RowCodec
 from bridge.sink.errors import SinkApplyError
@@ -35,7 +35,6 @@ from drainer.sinks.mysql.causality import Key
 from drainer.sinks.mysql.translate import Table, make_table
 from drainer.sinks.sql.mysql import MySQLDialect
 from drainer.sinks.sql.sql import Translator
-from drainer.sync.filter import skip_hint
 
 # (table number, kind, before image, after image, commit_ts, safe mode)
 WireOp = tuple[int, str, bytes | None, bytes | None, int, bool]

@@ -47,6 +47,8 @@ def _common(config: RedisSinkConfig) -> dict[str, Any]:
         "password": password,
         "socket_timeout": config.timeout,
         "socket_connect_timeout": config.connect_timeout,
+        "socket_keepalive": True,
+        "health_check_interval": config.health_check_interval,
         "retry": Retry(NoBackoff(), 0),
         "decode_responses": False,
         **_tls_settings(config),

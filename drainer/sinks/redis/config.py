@@ -137,6 +137,14 @@ class RedisSinkConfig:
     timeout: float = field(
         default=30.0, metadata={"duration": True, "help": "how long one pipeline's replies may take"}
     )
+    health_check_interval: float = field(
+        default=15.0,
+        metadata={
+            "duration": True,
+            "help": "a connection idle this long is PINGed before its next use (a half-open one is "
+            "replaced, not written into); TCP keepalive is on as well; 0 = no PING",
+        },
+    )
     tls_ca_file: str = field(default="", metadata={"help": "rediss://: CA bundle (PEM) to verify the server"})
     tls_cert_file: str = field(default="", metadata={"help": "rediss://: client certificate (PEM)"})
     tls_key_file: str = field(default="", metadata={"help": "rediss://: client key (PEM)"})
@@ -210,6 +218,10 @@ class RedisSinkConfig:
         ):
             if not low <= value <= high:
                 raise ConfigError(f"{PREFIX}{key}: between {low} and {high}, got {value}")
+        if not 0 <= self.health_check_interval <= 3600:
+            raise ConfigError(
+                f"{PREFIX}health-check-interval: between 0 and 1h, got {self.health_check_interval:g}s"
+            )
         if self.timeout < 0.1 or self.connect_timeout < 0.1:
             raise ConfigError(f"{PREFIX}timeout: at least 100ms (connect-timeout too)")
         if self.batch_interval > 10:

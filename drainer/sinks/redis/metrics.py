@@ -1,6 +1,7 @@
 """Prometheus metrics of the ``redis`` sink (``bridge_sink_redis_*``).
 
-Registered once per :class:`~prometheus_client.CollectorRegistry` (the
+Registered once per :class:`~prometheus_client.CollectorRegistry`
+(:func:`bridge.sink.batching.metrics_for`; the
 sink's context names it; the process-wide one by default), so a sink opened
 again, or several sinks in one process, share them. Labels are small sets:
 a command name, a mode, an error kind — never a key or a value. Rates
@@ -8,9 +9,6 @@ a command name, a mode, an error kind — never a key or a value. Rates
 """
 
 from __future__ import annotations
-
-import threading
-import weakref
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -62,16 +60,3 @@ class RedisMetrics:
             "Highest commit_ts such that Redis acknowledged every command at or below it",
             registry=registry,
         )
-
-
-_BY_REGISTRY: weakref.WeakKeyDictionary[CollectorRegistry, RedisMetrics] = weakref.WeakKeyDictionary()
-_LOCK = threading.Lock()
-
-
-def metrics_for(registry: CollectorRegistry) -> RedisMetrics:
-    """The sink's metrics registered in ``registry`` (created the first time)."""
-    with _LOCK:
-        found = _BY_REGISTRY.get(registry)
-        if found is None:
-            found = _BY_REGISTRY[registry] = RedisMetrics(registry)
-        return found

@@ -40,13 +40,14 @@ from redis.exceptions import RedisClusterException
 
 from bridge.proto import row_pb2
 from bridge.schema import key_positions, table_name
-from bridge.sink.contract import Sink, SinkContext
+from bridge.sink.batching import BatchingSink, metrics_for
+from bridge.sink.contract import SinkContext
 from bridge.sink.errors import SinkCheckFailed, SinkError, SinkUnavailable
 from bridge.sink.events import DDLEvent, Event, ResolvedEvent, TxnEvent
 from drainer.sinks.redis.client import Client, new_client
 from drainer.sinks.redis.config import load_config, safe_url
 from drainer.sinks.redis.ddl import stale_keys
-from drainer.sinks.redis.metrics import RedisMetrics, metrics_for
+from drainer.sinks.redis.metrics import RedisMetrics
 from drainer.sinks.redis.modes import Change, ModeWriter, TablePlan
 from drainer.sinks.redis.pipeline import Delivery, Origin, client_failure
 from drainer.sinks.redis.render import dumps
@@ -55,15 +56,15 @@ from drainer.sinks.redis.rules import KeyRenderer, Rules
 log = logging.getLogger(__name__)
 
 SchemaChange = row_pb2.SchemaChange
-_LOG_EVERY = 10.0  # seconds between repeated warnings of one kind
 
 
-class RedisSink(Sink):
+class RedisSink(BatchingSink):
     """See the module docstring. Built as ``RedisSink(config_table, data_dir)``."""
 
     name = "redis"
 
     def __init__(self, config_table: Mapping[str, Any], data_dir: Path) -> None:
+        super().__init__(log)
         self.config = load_config(config_table)
         self.rules = Rules(self.config.rules, self.config.key_separator, self.config.null_token)
         self.data_dir = data_dir
@@ -73,9 +74,7 @@ class RedisSink(Sink):
         self._metrics: RedisMetrics | None = None
         self._plans: dict[int, TablePlan] = {}  # id(schema) -> plan (the plan keeps the schema alive)
         self._tables: dict[tuple[str, str], row_pb2.TableSchema] = {}  # known tables, casefolded names
-        self._failure: SinkError | None = None
         self._mirrored = -1
-        self._warned: dict[str, float] = {}
 
     # -- contract -------------------------------------------------------------------
 
@@ -98,7 +97,7 @@ class RedisSink(Sink):
         for schema in context.tables:
             self._plan(schema, " at start-up")
             self._remember(schema)
-        self._metrics = metrics_for(context.metrics_registry)
+        self._metrics = metrics_for(context.metrics_registry, RedisMetrics)
         self.close()
         self.client = self._connect()
         self._delivery = Delivery(
@@ -111,7 +110,7 @@ class RedisSink(Sink):
             position=context.resume_ts,
         )
         self._writer = ModeWriter(self._delivery, self.config.null_token, context.cluster_id)
-        self._failure = None
+        self.latch.take()
         log.info(
             "redis sink open at commit_ts %d: %s%s, %d rules, %d of %d tables matched",
             context.resume_ts,
@@ -122,50 +121,43 @@ class RedisSink(Sink):
             len(context.tables),
         )
 
-    def write(self, events: Sequence[Event]) -> None:
+    def write_batch(self, events: Sequence[Event]) -> None:
         delivery = self.delivery
-        if self._failure is not None:
-            return  # dropped: flush raises, and the driver writes every unflushed event again
-        try:
-            for event in events:
-                if isinstance(event, TxnEvent):
-                    self._write_txn(event)
-                elif isinstance(event, DDLEvent):
-                    self._write_ddl(event)
-                else:
-                    assert isinstance(event, ResolvedEvent)
-                    delivery.complete_through(event.commit_ts)
-                if delivery.due():
-                    delivery.send()
-        except SinkUnavailable as exc:
-            self._failure = exc
-            self._reset()
-            self._warn(
-                "failure",
-                "%s; the checkpoint stays at commit_ts %d, the next flush fails and the unflushed "
-                "events are written again",
-                exc,
-                delivery.durable,
-            )
-
-    def flush(self) -> int:
-        delivery = self.delivery
-        failure, self._failure = self._failure, None
-        if failure is None:
-            try:
+        for event in events:
+            if isinstance(event, TxnEvent):
+                self._write_txn(event)
+            elif isinstance(event, DDLEvent):
+                self._write_ddl(event)
+            else:
+                assert isinstance(event, ResolvedEvent)
+                delivery.complete_through(event.commit_ts)
+            if delivery.due():
                 delivery.send()
-            except SinkUnavailable as exc:
-                self._reset()
-                failure = exc
-        if failure is not None:
-            raise SinkUnavailable(
-                f"{failure}; the checkpoint stays at commit_ts {delivery.durable} and the unflushed "
-                "events are written again"
-            ) from failure
+
+    def latched(self, failure: SinkError) -> None:
+        self._reset()
+        self.warn(
+            "failure",
+            "%s; the checkpoint stays at commit_ts %d, the next flush fails and the unflushed "
+            "events are written again",
+            failure,
+            self.delivery.durable,
+        )
+
+    def flush_batch(self) -> int:
+        delivery = self.delivery
+        delivery.send()
         assert self._metrics is not None
         self._metrics.durable_ts.set(delivery.durable)
         self._mirror(delivery.durable)
         return delivery.durable
+
+    def recover(self, failure: SinkError) -> SinkError:
+        self._reset()
+        return SinkUnavailable(
+            f"{failure}; the checkpoint stays at commit_ts {self.delivery.durable} and the unflushed "
+            "events are written again"
+        )
 
     def close(self) -> None:
         client, self.client = self.client, None
@@ -323,13 +315,6 @@ class RedisSink(Sink):
         except (redis.RedisError, RedisClusterException, OSError) as exc:
             assert self._metrics is not None
             self._metrics.errors.labels("mirror").inc()
-            self._warn("mirror", "redis sink: writing checkpoint-key %s failed: %s", key, exc)
+            self.warn("mirror", "redis sink: writing checkpoint-key %s failed: %s", key, exc)
             return
         self._mirrored = position
-
-    def _warn(self, kind: str, message: str, *args: object) -> None:
-        """Log a warning at most every few seconds per kind (outages repeat themselves)."""
-        now = time.monotonic()
-        if now - self._warned.get(kind, -_LOG_EVERY) >= _LOG_EVERY:
-            self._warned[kind] = now
-            log.warning(message, *args)

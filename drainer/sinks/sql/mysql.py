@@ -25,6 +25,7 @@ precision; give such tables a key.
 
 from __future__ import annotations
 
+from bridge.mysql import quote_identifier
 from bridge.proto import row_pb2
 from drainer.sinks.sql.dialect import Converter, Dialect
 from drainer.sinks.sql.sqlite import date_text, datetime_text
@@ -39,7 +40,7 @@ class MySQLDialect(Dialect):
     quote_char = "`"
 
     def quote(self, name: str) -> str:
-        return "`" + name.replace("`", "``").replace("%", "%%") + "`"
+        return quote_identifier(name).replace("%", "%%")  # statements with parameters: % doubled
 
     def converter(self, column: row_pb2.Column) -> Converter | None:
         kind, fsp = column.type, column.fsp

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import re
 
+from bridge.mysql import quote_identifier
 from bridge.proto import row_pb2
 
 log = logging.getLogger(__name__)
@@ -65,7 +66,7 @@ INDEX_PREFIX = 255
 
 def quote(name: str) -> str:
     """A backtick-quoted identifier (for statements run without parameters: ``%`` stays single)."""
-    return "`" + name.replace("`", "``") + "`"
+    return quote_identifier(name)
 
 
 def table_ref(db: str, table: str) -> str:

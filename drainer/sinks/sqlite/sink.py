@@ -118,6 +118,7 @@ class SQLiteSink(Sink):
             self._store = SQLiteStore(self.directory, config.busy_timeout, config.synchronous.upper())
             stored = self._store.checkpoint()
         except sqlite3.Error as exc:
+            self.close()  # the driver opens it again: nothing of this attempt stays open
             raise translate_error(exc, resume_ts, "", "") from exc
         if stored and resume_ts > stored:
             log.warning(

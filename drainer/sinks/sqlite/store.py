@@ -63,12 +63,16 @@ class SQLiteStore:
             check_same_thread=False,
             cached_statements=512,
         )
-        self._tune("main")
-        for statement in _SETUP:
-            self.conn.execute(statement)
         self.attached: set[str] = set()
-        for (name,) in self.conn.execute("SELECT name FROM _bridge_databases").fetchall():
-            self.attach(name)
+        try:
+            self._tune("main")
+            for statement in _SETUP:
+                self.conn.execute(statement)
+            for (name,) in self.conn.execute("SELECT name FROM _bridge_databases").fetchall():
+                self.attach(name)
+        except sqlite3.Error:
+            self.conn.close()  # a busy file: the caller tries again, and nothing stays open meanwhile
+            raise
 
     def _tune(self, schema: str) -> None:
         q = '"' + schema.replace('"', '""') + '"'

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from bridge.config import build
 from bridge.errors import ConfigError
-from drainer.sync.route import PLACEHOLDER, TablePatterns, TablePatternsConfig, compile_pattern
+from bridge.tablepatterns import PLACEHOLDER, TablePatterns, TablePatternsConfig, compile_pattern
 
 
 @dataclass

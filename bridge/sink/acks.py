@@ -1,19 +1,21 @@
-"""Which positions the brokers have acknowledged: the ``kafka`` sink's delivery bookkeeping.
+"""Which positions the downstream has acknowledged: the bookkeeping behind ``Sink.flush``.
 
-Every event the sink writes becomes a :class:`Batch` (its commit_ts and how
-many of its messages await a delivery report). Batches are kept in the
-order they were produced; the **acked position** is the commit_ts of the
-last batch of the longest prefix whose messages were all acknowledged, and
-whose producing finished. A :class:`~bridge.sink.events.ResolvedEvent` is a
-batch without messages: it moves the position once everything before it is
-acknowledged.
+A sink that hands each event's writes to its downstream and hears back later
+(a broker's delivery reports, a pipeline's replies, a worker's commit) opens
+one :class:`Batch` per event (:meth:`AckTracker.begin`): its commit_ts and how
+many of its writes await an acknowledgment. Batches are kept in the order they
+began; the **acknowledged position** (:attr:`AckTracker.acked`) is the commit_ts
+of the last batch of the longest prefix whose writes were all acknowledged and
+whose writing finished (:meth:`AckTracker.close`). A
+:class:`~bridge.sink.events.ResolvedEvent` is a batch without writes: it moves
+the position once everything before it is acknowledged.
 
-A failed delivery (or an event whose producing was cut short) stops the
-position where it is until :meth:`DeliveryTracker.reset`, which the sink
-calls when its ``flush`` fails; the drainer then writes every unflushed
-event again, so the position never passes a message that was not
-acknowledged. Delivery callbacks run on the thread that polls the producer,
-which is the sink's thread: no locking is needed.
+A failed write (or an event whose writing was cut short, :meth:`AckTracker.abort`)
+stops the position where it is until :meth:`AckTracker.reset`, which the sink
+calls when its ``flush`` fails; the driver then writes every unflushed event
+again, so the position never passes a write that was not acknowledged.
+Acknowledgments of batches from before a reset are ignored (their events are
+being written again). The tracker is used from the sink's thread only.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from dataclasses import dataclass
 
 @dataclass(slots=True)
 class Batch:
-    """One event's messages: ``pending`` await a report; ``closed`` once all were produced."""
+    """One event's writes: ``pending`` await an acknowledgment; ``closed`` once all were made."""
 
     commit_ts: int
     table: str = ""
@@ -35,16 +37,16 @@ class Batch:
 
 @dataclass(frozen=True, slots=True)
 class Failure:
-    """The first delivery failure since the last reset."""
+    """The first failed write since the last reset (``where``: e.g. the topic written to)."""
 
     commit_ts: int
     table: str
-    topic: str
+    where: str
     error: str
     retriable: bool
 
 
-class DeliveryTracker:
+class AckTracker:
     """See the module docstring."""
 
     def __init__(self, position: int = 0) -> None:
@@ -63,23 +65,22 @@ class DeliveryTracker:
         batch.pending += 1
 
     def close(self, batch: Batch) -> None:
-        """Every message of ``batch`` was produced."""
+        """Every write of ``batch`` was made."""
         batch.closed = True
         self._advance()
 
     def abort(self, batch: Batch, reason: str) -> None:
-        """Producing ``batch`` was cut short: its event is incomplete in the topics."""
+        """Writing ``batch`` was cut short: its event is incomplete downstream."""
         batch.closed = True
         self.fail(Failure(batch.commit_ts, batch.table, "", reason, retriable=True))
 
-    def delivered(self, batch: Batch) -> None:
+    def acknowledged(self, batch: Batch) -> None:
         batch.pending -= 1
         if batch.pending == 0 and batch.closed:
             self._advance()
 
     def failed(self, batch: Batch, failure: Failure) -> None:
-        """A message of ``batch`` failed (ignored for batches from before the last reset:
-        their events are being written again)."""
+        """A write of ``batch`` failed (ignored for batches from before the last reset)."""
         batch.pending -= 1
         if batch.epoch == self._epoch:
             self.fail(failure)
@@ -98,7 +99,7 @@ class DeliveryTracker:
 
     @property
     def idle(self) -> bool:
-        """Nothing produced is unacknowledged (and nothing failed)."""
+        """Nothing written is unacknowledged (and nothing failed)."""
         return self.failure is None and not self._batches
 
     @property
@@ -106,7 +107,7 @@ class DeliveryTracker:
         return sum(b.pending for b in self._batches)
 
     def restart(self, position: int) -> None:
-        """Start over at ``position`` (the sink is opened there): nothing produced before counts."""
+        """Start over at ``position`` (the sink is opened there): nothing written before counts."""
         self.reset()
         self.acked = position
 
