@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import secrets
+import signal
 import subprocess
 import sys
 import time

@@ -361,7 +361,7 @@ def make_target(name: str, workdir: Path, db: str, kafka_bootstrap: str, faults:
         "file": FileTarget,
         "fanout": FanOutTarget,
     }
-    return kinds[name](workdir, db)  # type: ignore[no-any-return]
+    return kinds[name](workdir, db)
 
 
 def partner_of(target: Target, workdir: Path) -> Target:

@@ -18,10 +18,11 @@ from pathlib import Path
 import pytest
 import redis
 from confluent_kafka import Consumer, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from bridge import mysql
 from bridge.dsn import parse_dsn
 from bridge.meta.client import MetaClient
 from tests.support.process import wait_until
@@ -49,7 +50,7 @@ def redis_via(proxy: TcpProxy, timeout: float = 2.0) -> redis.Redis:
 @pytest.mark.mysql
 def test_mysql_passes_unchanged() -> None:
     with TcpProxy((DSN.host, DSN.port)) as proxy:
-        conn = parse_dsn(f"mysql://{DSN.user}@127.0.0.1:{proxy.port}/").connect(database=None)
+        conn = mysql.connect(parse_dsn(f"mysql://{DSN.user}@127.0.0.1:{proxy.port}/"), database=None)
         try:
             with conn.cursor() as cursor:
                 cursor.execute("SELECT REPEAT('x', 200000), 42")
@@ -160,7 +161,7 @@ def test_kafka_passes_unchanged_through_a_proxy_the_broker_advertises(
         proxy.target = ("127.0.0.1", broker.port)
         try:
             broker.start()
-            conf = {"bootstrap.servers": proxy.addr}
+            conf: dict[str, str | int | float | bool] = {"bootstrap.servers": proxy.addr}
             admin = AdminClient(conf)
             admin.create_topics([NewTopic(unique_name, 1)])[unique_name].result(30)
             producer = Producer(conf)
@@ -173,7 +174,7 @@ def test_kafka_passes_unchanged_through_a_proxy_the_broker_advertises(
                  "session.timeout.ms": 6000, "heartbeat.interval.ms": 500}
             )  # fmt: skip
             consumer.subscribe([unique_name])
-            got: list[tuple[bytes, bytes]] = []
+            got: list[tuple[bytes | None, bytes | None]] = []
 
             def read() -> bool:
                 message = consumer.poll(0.5)

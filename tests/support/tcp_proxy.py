@@ -199,12 +199,12 @@ class TcpProxy:
         self._mode = mode
 
     def _in_scope(self, link: _Link, scope: set[int] | str | None = "current") -> bool:
-        pids = self._clients if scope == "current" else scope
+        pids = self._clients if isinstance(scope, str) else scope
         if pids is None:
             return True
         if link.inode is None:
             return False
-        return any(link.inode in _socket_inodes(pid) for pid in pids)  # type: ignore[union-attr]
+        return any(link.inode in _socket_inodes(pid) for pid in pids)
 
     @property
     def plugged(self) -> bool:
