@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from typing import NamedTuple
 
 
 @dataclass(slots=True)
@@ -35,8 +36,7 @@ class Batch:
     closed: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class Failure:
+class Failure(NamedTuple):
     """The first failed write since the last reset (``where``: e.g. the topic written to)."""
 
     commit_ts: int
