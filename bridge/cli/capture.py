@@ -11,13 +11,17 @@ SIGTERM/SIGINT stop after the transaction being written.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
+import signal
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from bridge import config as bridge_config
 from bridge.startup import signal_handlers
+
+log = logging.getLogger(__name__)
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -54,10 +58,32 @@ def overrides_of(args: argparse.Namespace, environ: Mapping[str, str] | None = N
     }
 
 
+def source_origin(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> str:
+    """Where the source DSN comes from: the flag, the environment variable, or the file."""
+    environ = os.environ if environ is None else environ
+    if args.upstream:
+        return "--upstream"
+    return (
+        "$BRIDGE_CAPTURE_SOURCE"
+        if environ.get("BRIDGE_CAPTURE_SOURCE")
+        else f"capture.upstream of {args.config}"
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     from bridge.apps.capture import CaptureApp, CaptureFile
 
-    app = CaptureApp(bridge_config.load(CaptureFile, args.config, overrides_of(args)))
+    config = bridge_config.load(CaptureFile, args.config, overrides_of(args))
+    log.info("capture source %s (from %s)", config.capture.dsn().redacted(), source_origin(args))
+    app = CaptureApp(config)
+    stopped_by: list[int] = []
 
-    with signal_handlers(lambda _signum, _frame: app.stop()):
-        return app.run()
+    def stop(signum: int, _frame: object) -> None:
+        stopped_by.append(signum)
+        app.stop()
+
+    with signal_handlers(stop):
+        status = app.run()
+    if stopped_by:
+        log.info("capture stopped on %s", signal.Signals(stopped_by[0]).name)
+    return status

@@ -1,9 +1,11 @@
 """``binlog-bridge ctl``: ask the meta service for timestamps, nodes and status.
 
 Listings (``nodes``, ``drainers``, ``status``) take ``--output json`` for
-scripts: a JSON array of nodes (an object for ``status``) on stdout, one
-key per column. State changes verify the node's identity first
-(:mod:`bridge.cli.nodectl`).
+scripts (before or after the action): a JSON array of nodes (an object for
+``status``) on stdout, one key per column; each node says when it was last
+seen. ``--connect-timeout`` bounds the search for the meta leader;
+``--timeout`` belongs to ``wait-drainers`` alone (how long it waits).
+State changes verify the node's identity first (:mod:`bridge.cli.nodectl`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from bridge.meta.nodes import KIND_NAMES, STATE_NAMES, wall_time
 from bridge.proto import meta_pb2
 from bridge.tso import to_datetime
 
+OUTPUTS = ("table", "json")
+OUTPUT_HELP = "table (default) or json for scripts"
 KIND_CHOICES = {name: kind for kind, name in KIND_NAMES.items()}
 WAIT_HELP = """\
 Take a fresh timestamp, then wait until every ONLINE drainer's registered
@@ -44,7 +48,7 @@ NODE_COLUMNS = (
     "SCORE",
     "LABEL",
     "MAX COMMIT TS",
-    "LAST HEARTBEAT",
+    "LAST SEEN",
 )
 DRAINER_COLUMNS = (
     "NODE ID",
@@ -54,6 +58,7 @@ DRAINER_COLUMNS = (
     "CHECKPOINT TS",
     "CHECKPOINT TIME",
     "LAG",
+    "LAST SEEN",
     "STATUS ADDR",
 )
 
@@ -65,7 +70,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument(
         "--meta", default=DEFAULT_ADDR, help=f"meta members host:port[,host:port] (default {DEFAULT_ADDR})"
     )
-    parser.add_argument("--timeout", type=float, default=5.0, help="seconds to find the leader (default 5)")
+    parser.add_argument(
+        "--connect-timeout", type=float, default=5.0, help="seconds to find the meta leader (default 5)"
+    )
+    parser.add_argument("--output", choices=OUTPUTS, default="table", help="of listings: " + OUTPUT_HELP)
+    parser.add_argument("--timeout", action=_MisplacedTimeout, help=argparse.SUPPRESS)
     parser.add_argument("--ssl-ca", default="", help="CA bundle for TLS to the meta service")
     parser.add_argument("--ssl-cert", default="", help="client certificate for TLS")
     parser.add_argument("--ssl-key", default="", help="client private key for TLS")
@@ -104,11 +113,21 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     return parser
 
 
+class _MisplacedTimeout(argparse.Action):
+    """``ctl --timeout`` before the action: it used to bound the leader search, which is
+    --connect-timeout now; ``--timeout`` is wait-drainers' time to wait and nothing else."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        parser.error(
+            "--timeout goes after wait-drainers (how long it waits); "
+            "the time to find the meta leader is --connect-timeout"
+        )
+
+
 def _listing(actions: Any, name: str, help_text: str) -> argparse.ArgumentParser:
     listing: argparse.ArgumentParser = actions.add_parser(name, help=help_text)
-    listing.add_argument(
-        "--output", choices=("table", "json"), default="table", help="table (default) or json for scripts"
-    )
+    # given here it wins; otherwise the value given before the action (or its default) stays
+    listing.add_argument("--output", choices=OUTPUTS, default=argparse.SUPPRESS, help=OUTPUT_HELP)
     return listing
 
 
@@ -119,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _run(args: argparse.Namespace, security: SecurityConfig) -> int:
-    async with MetaClient(args.meta, security, timeout=args.timeout) as client:
+    async with MetaClient(args.meta, security, timeout=args.connect_timeout) as client:
         if args.action == "tso":
             print(await client.get_timestamp())
         elif args.action in ("nodes", "drainers"):
@@ -162,7 +181,7 @@ async def list_nodes(client: MetaClient, args: argparse.Namespace, security: Sec
         print_table([drainer_row(n, now) for n in response.nodes], DRAINER_COLUMNS)
         print_failures(response.nodes)
     else:
-        print_table([node_row(n) for n in response.nodes])
+        print_table([node_row(n, now) for n in response.nodes])
         print_failures(response.nodes)
         print_unreachable(response.nodes, unreachable)
 
@@ -210,7 +229,7 @@ def print_pruned(gone: list[meta_pb2.NodeStatus], args: argparse.Namespace) -> N
     if args.output == "json":
         print(json.dumps([node_json(n, time.time()) for n in gone], indent=1))
     elif gone:
-        print_table([node_row(n) for n in gone])
+        print_table([node_row(n, time.time()) for n in gone])
     verb = "would delete" if args.dry_run else "deleted"
     print(f"ctl prune: {verb} {len(gone)} record(s) offline longer than {args.older_than}", file=sys.stderr)
 
@@ -274,14 +293,33 @@ def node_json(node: meta_pb2.NodeStatus, now: float) -> dict[str, object]:
         "lag_seconds": round(max(now - when.timestamp(), 0.0), 3) if when else None,
         "update_ts": node.update_ts,
         "last_heartbeat": _iso(node.update_ts),
+        "last_seen_seconds": last_seen_seconds(node, now),
         "ttl_ms": node.ttl_ms,
         "error": node.error or None,
         "error_time": wall_time(node.error_ms),
     }
 
 
-def node_row(node: meta_pb2.NodeStatus) -> tuple[str, ...]:
-    heartbeat = to_datetime(node.update_ts).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] if node.update_ts else "-"
+def last_seen_seconds(node: meta_pb2.NodeStatus, now: float) -> float | None:
+    """Seconds since the node's last heartbeat (None if it never sent one)."""
+    return round(max(now - to_datetime(node.update_ts).timestamp(), 0.0), 1) if node.update_ts else None
+
+
+def seen(node: meta_pb2.NodeStatus, now: float) -> str:
+    """``12.3s ago``, ``42m ago``, ``5h ago``, ``3d ago``: how long the node has been silent."""
+    seconds = last_seen_seconds(node, now)
+    if seconds is None:
+        return "-"
+    if seconds < 120:
+        return f"{seconds:.1f}s ago"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m ago"
+    if seconds < 172800:
+        return f"{seconds / 3600:.0f}h ago"
+    return f"{seconds / 86400:.0f}d ago"
+
+
+def node_row(node: meta_pb2.NodeStatus, now: float) -> tuple[str, ...]:
     return (
         KIND_NAMES.get(node.kind, "?"),
         node.node_id,
@@ -291,7 +329,7 @@ def node_row(node: meta_pb2.NodeStatus) -> tuple[str, ...]:
         str(node.score),
         node.label or "-",
         str(node.max_commit_ts),
-        heartbeat,
+        seen(node, now),
     )
 
 
@@ -307,6 +345,7 @@ def drainer_row(node: meta_pb2.NodeStatus, now: float) -> tuple[str, ...]:
         str(checkpoint),
         when.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] if when else "-",
         f"{max(now - when.timestamp(), 0):.1f}s" if when else "-",
+        seen(node, now),
         node.status_addr or "-",
     )
 

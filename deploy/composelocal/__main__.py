@@ -80,10 +80,17 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         run.stop()
         infra.stop()
-    run.say(f"verify exited {status} after {time.monotonic() - started:.0f}s; run folder {run_dir}")
-    if not args.keep and status == 0 and args.run_dir is None:
+    remove = not args.keep and status == 0 and args.run_dir is None
+    if remove:
         shutil.rmtree(run_dir, ignore_errors=True)
+    run.say(closing_line(status, time.monotonic() - started, run_dir, remove))
     return status
+
+
+def closing_line(status: int, seconds: float, run_dir: Path, removed: bool) -> str:
+    """The last line: verify's status and the run folder as it now is (kept, or removed: how to keep it)."""
+    folder = f"run folder {run_dir} removed (--keep keeps it)" if removed else f"run folder {run_dir} kept"
+    return f"verify exited {status} after {seconds:.0f}s; {folder}"
 
 
 if __name__ == "__main__":

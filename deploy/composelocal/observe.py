@@ -17,6 +17,7 @@ import subprocess
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,14 +30,17 @@ CONFIG = "/etc/prometheus/prometheus.yml"  # where the image reads its config
 STORAGE = "/prometheus"  # and keeps its data
 
 
-def prometheus_binary() -> str | None:
-    """Debian's prometheus, installed when missing and this process may (root with apt-get)."""
+def prometheus_binary(say: Callable[[str], None]) -> str | None:
+    """Debian's prometheus, installed when missing and this process may (root with apt-get);
+    ``say`` tells the user before the system package is installed, and how it went."""
     if shutil.which("prometheus") is None and shutil.which("apt-get") and os.geteuid() == 0:
-        subprocess.run(
+        say("prometheus: not installed; installing Debian's package with apt-get (system-wide, as root)")
+        done = subprocess.run(
             ["apt-get", "install", "-y", "-q", "--no-install-recommends", "-o", "DPkg::Lock::Timeout=120",
              "prometheus"],
             env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"}, capture_output=True, check=False,
         )  # fmt: skip
+        say(f"prometheus: apt-get install exited {done.returncode}")
     return shutil.which("prometheus")
 
 

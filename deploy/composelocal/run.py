@@ -111,7 +111,7 @@ class LocalRun:
         return int(self.running["verify"].status or 0)
 
     def _start_prometheus(self, service: Service) -> LocalPrometheus | None:
-        binary = prometheus_binary()
+        binary = prometheus_binary(self.say)
         if binary is None:
             self.say("prometheus: not installed (Debian package prometheus); not run here")
             return None

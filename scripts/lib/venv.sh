@@ -5,8 +5,9 @@
 #   bridge_install     pip install -e '.[dev]' unless pyproject.toml and the top-level packages
 #                      are unchanged since the last one
 #
-# Both print nothing on success but what the caller asks for; failures print the
-# pip log tail and return non-zero. Expects ROOT (the repo) to be set.
+# Both print on stdout what they did; before a step that takes a while (making the
+# venv, pip install) they say on stderr what they are doing. Failures print the pip
+# log tail and return non-zero. Expects ROOT (the repo) to be set.
 
 VENV=${BRIDGE_VENV:-$ROOT/.venv}
 STAMP=$VENV/.bridge-installed
@@ -35,6 +36,7 @@ bridge_venv() {
             return 1
         }
         rm -rf "$VENV" # a venv whose interpreter is gone cannot be repaired in place
+        echo "creating $VENV with $python (about 20 s)" >&2
         "$python" -m venv "$VENV"
         echo "created with $("$VENV/bin/python" -V)"
     fi
@@ -55,6 +57,7 @@ bridge_install() {
         return 0
     fi
     rm -f "$STAMP"
+    echo "installing binlog-bridge and its dependencies into $VENV (pip, about a minute; log: $log)" >&2
     if ! { "$VENV/bin/python" -m pip install --disable-pip-version-check --upgrade pip &&
         "$VENV/bin/python" -m pip install --disable-pip-version-check -e "${ROOT}[dev]"; } >"$log" 2>&1; then
         tail -n 40 "$log" >&2

@@ -179,9 +179,18 @@ def test_snapshot_then_stream_then_restart_rebuild_the_source(
     assert not any(flags[6:])
     status = capture.status()
     assert status["state"] == "streaming" and status["snapshot"] == "done"
-    assert "bridge_capture_row_changes_total" in capture.metrics()
+    metrics = capture.metrics()
+    assert "bridge_capture_row_changes_total" in metrics
+    # /status and /metrics count the same transactions, the snapshot's chunks included
+    assert status["transactions"] == _metric(metrics, "bridge_capture_transactions_total") > 6
+    assert capture.child is not None
+    output = capture.child.output
+    assert f"capture source mysql://root@127.0.0.1:{cluster.source.port}/" in output, output
+    assert "(from capture.upstream of " in output, output
+    assert "config: source " in output and "capture ready: source=" in output, output
 
     assert capture.stop() == 0
+    assert "capture stopped on SIGTERM" in capture.child.output
     cluster.sql(db, "INSERT INTO accounts (id, owner, balance) VALUES (3000, 'while down', 1)")
     cluster.sql(db, "DELETE FROM events WHERE ref = 5")
     capture.start()

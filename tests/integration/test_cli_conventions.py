@@ -82,7 +82,7 @@ def test_an_unreachable_dependency_exits_3_with_one_error_line(tmp_path: Path) -
     up = sqlite_db(tmp_path / "up.db", 1)
     drainer = ("--meta", nobody, "--data-dir", str(tmp_path / "d"), "--addr", "127.0.0.1:0")
     commands = [
-        ("ctl", "--meta", nobody, "--timeout", "2", "nodes"),
+        ("ctl", "--meta", nobody, "--connect-timeout", "2", "nodes"),
         ("load", "--meta", nobody, "--upstream", f"sqlite:///{tmp_path}/u.db"),
         ("diff", "--upstream", up, "--downstream", f"mysql://root@{nobody}/x"),
         ("consume", "--bootstrap-servers", nobody, "--prefix", "p"),

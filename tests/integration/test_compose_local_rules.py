@@ -12,6 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "deploy"))
 
+from composelocal.__main__ import closing_line  # noqa: E402
 from composelocal.commands import simple_commands  # noqa: E402
 from composelocal.compose import ComposeError, interpolate  # noqa: E402
 from composelocal.remap import PortMap, Rewriter  # noqa: E402
@@ -115,3 +116,12 @@ def test_compose_local_names_a_required_variable_left_unset(tmp_path: Path) -> N
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert done.returncode == 2 and "variable NOPE is required: set NOPE" in done.stderr
+
+
+def test_the_last_line_says_whether_the_run_folder_is_still_there(tmp_path: Path) -> None:
+    assert closing_line(1, 12.4, tmp_path, removed=False) == (
+        f"verify exited 1 after 12s; run folder {tmp_path} kept"
+    )
+    assert closing_line(0, 3.0, tmp_path, removed=True) == (
+        f"verify exited 0 after 3s; run folder {tmp_path} removed (--keep keeps it)"
+    )

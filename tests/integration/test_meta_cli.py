@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -48,6 +49,7 @@ def test_ctl_tso_nodes_and_status(meta) -> None:
                     score=7,
                     label="rack-a",
                     max_commit_ts=1234,
+                    ttl_ms=60_000,  # alive through the slow ctl runs below, on a loaded machine
                 )
             )
 
@@ -72,12 +74,48 @@ def test_ctl_tso_nodes_and_status(meta) -> None:
 
 def test_ctl_against_an_unreachable_meta_prints_one_clear_line() -> None:
     addr = f"127.0.0.1:{free_port()}"
-    result = run_cli("ctl", "--meta", addr, "--timeout", "1", "tso")
-    assert result.returncode != 0
+    result = run_cli("ctl", "--meta", addr, "--connect-timeout", "1", "tso")
+    assert result.returncode == 3  # a dependency could not be reached
     assert result.stdout == ""
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
-    assert "MetaUnavailable" in lines[0] and addr in lines[0]
+    assert (
+        lines[0].startswith("binlog-bridge ctl: error: no meta leader answered within 1s")
+        and addr in lines[0]
+    )
+
+
+def test_ctl_flags_mean_one_thing_and_go_before_or_after_the_action(meta) -> None:
+    _, addr = meta
+    before = run_cli("ctl", "--output", "json", "--meta", addr, "nodes")
+    assert before.returncode == 0, before.stderr
+    assert json.loads(before.stdout) == []
+    # --timeout is how long wait-drainers waits, and only that; the leader search is --connect-timeout
+    ambiguous = run_cli("ctl", "--meta", addr, "--timeout", "5", "nodes")
+    assert ambiguous.returncode == 2 and "--timeout" in ambiguous.stderr, ambiguous.stderr
+    assert run_cli("ctl", "--meta", addr, "--connect-timeout", "5", "status").returncode == 0
+
+
+def test_ctl_listings_say_when_each_node_was_last_seen(meta) -> None:
+    _, addr = meta
+
+    async def register() -> None:
+        async with MetaClient(addr) as client:
+            status = meta_pb2.NodeStatus(
+                node_id="drainer-9", kind=meta_pb2.DRAINER, addr="10.1.2.3:8249", state=meta_pb2.PAUSED,
+                ttl_ms=500, max_commit_ts=1 << 18,
+            )  # fmt: skip
+            await client.heartbeat(status)
+
+    asyncio.run(register())
+    for action in ("nodes", "drainers"):
+        table = run_cli("ctl", "--meta", addr, action)
+        assert table.returncode == 0, table.stderr
+        header, row = table.stdout.splitlines()[:2]
+        assert "LAST SEEN" in header, header
+        assert re.search(r" \d+(\.\d)?s ago", row), row
+        listed = json.loads(run_cli("ctl", "--meta", addr, action, "--output", "json").stdout)
+        assert listed[0]["node_id"] == "drainer-9" and listed[0]["last_seen_seconds"] >= 0
 
 
 def test_meta_stops_cleanly_on_sigterm(meta) -> None:

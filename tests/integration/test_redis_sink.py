@@ -440,3 +440,20 @@ def test_a_unix_socket_url_with_a_database_number(tmp_path: Path, unique_name: s
         if sink is not None:
             sink.close()
         server.kill()
+
+
+def test_changes_of_a_table_no_rule_matches_are_ignored_with_a_warning(
+    harness: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    p, users = harness.prefix, harness.users
+    harness.open([{"db": p, "table": "orders", "keys": [f"{p}:order:{{id}}"]}])  # no rule for users
+    harness.seed(f"{p}:user:1")
+    ts = [next_ts() for _ in range(3)]
+    with caplog.at_level(logging.WARNING, logger="drainer.sinks.redis.sink"):
+        harness.apply(
+            [txn(ts[0], [insert(users, 1, "1@x", "a")]), txn(ts[1], [delete(users, 1, "1@x", "a")])]
+        )
+        assert harness.apply([ResolvedEvent(ts[2])]) == ts[2]
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 1 and f"{p}.users" in warned[0] and "no rule matches" in warned[0], warned
+    assert harness.keys() == {f"{p}:user:1"}  # ignored, as the rules say

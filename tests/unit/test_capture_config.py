@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,7 @@ import pytest
 from bridge import config
 from bridge.apps.capture import CaptureFile
 from bridge.apps.capture.shadow import retarget
+from bridge.cli.capture import source_origin
 from bridge.errors import ConfigError
 
 GOOD = '[capture]\nupstream = "mysql://repl@db:3306/"\ndatabases = ["shop"]\n'
@@ -28,6 +30,15 @@ def test_a_minimal_file_loads_with_defaults(tmp_path: Path) -> None:
     assert loaded.capture.selects("shop", "orders")
     assert not loaded.capture.selects("shop", "bridge_txn_status")
     assert not loaded.capture.selects("other", "orders")
+    assert loaded.capture.meta == "127.0.0.1:8248"  # where `binlog-bridge meta` listens, as for every command
+
+
+def test_the_log_names_where_the_source_dsn_came_from() -> None:
+    flag = argparse.Namespace(upstream="mysql://a@h:1/", config="c.toml")
+    plain = argparse.Namespace(upstream=None, config="c.toml")
+    assert source_origin(flag, {"BRIDGE_CAPTURE_SOURCE": "mysql://b@h:2/"}) == "--upstream"
+    assert source_origin(plain, {"BRIDGE_CAPTURE_SOURCE": "mysql://b@h:2/"}) == "$BRIDGE_CAPTURE_SOURCE"
+    assert source_origin(plain, {}) == "capture.upstream of c.toml"
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,8 @@ def test_log_level_before_or_after_the_sub_command() -> None:
 
 
 def test_the_level_given_after_the_command_is_the_one_used() -> None:
-    result = run_cli("ctl", "--meta", "127.0.0.1:1", "--timeout", "0.3", "tso", "--log-level", "debug")
+    result = run_cli(
+        "ctl", "--meta", "127.0.0.1:1", "--connect-timeout", "0.3", "tso", "--log-level", "debug"
+    )
     assert "unrecognized arguments" not in result.stderr
     assert result.returncode == 3 and " DEBUG " in result.stderr

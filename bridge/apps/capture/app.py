@@ -62,7 +62,6 @@ class CaptureApp:
         self.position: Position | None = None
         self.error: str | None = None
         self.lag = 0.0
-        self.transactions = 0
         self.row_changes = 0
         self._stopping = threading.Event()
         self._reading = False
@@ -89,7 +88,7 @@ class CaptureApp:
             "read_position": self.position.to_json() if self.position else None,
             "lag_seconds": round(self.lag, 3),
             "last_commit_ts": self._emitter.last_commit_ts if self._emitter else 0,
-            "transactions": self.transactions,
+            "transactions": self._emitter.transactions if self._emitter else 0,
             "row_changes": self.row_changes,
             "snapshot": journal.state.snapshot if journal else None,
             "error": self.error,
@@ -100,6 +99,12 @@ class CaptureApp:
     def run(self) -> int:
         """Capture until stopped; 0 after a clean stop. Raises what stopped it otherwise."""
         dsn = self.capture.dsn()
+        capture = self.capture
+        log.info(
+            "config: source %s, meta %s, data-dir %s, databases %s, tables %s, snapshot %s, status-addr %s",
+            dsn.redacted(), capture.meta, capture.data_dir, ",".join(capture.databases),
+            ",".join(capture.tables) or "(all)", capture.snapshot, capture.status_addr or "none",
+        )  # fmt: skip
         status = StatusServer(self.capture.status_addr, self.status) if self.capture.status_addr else None
         if status is not None:
             status.start()
@@ -126,7 +131,7 @@ class CaptureApp:
             self.state, self.error = "failed", str(exc)
             raise
         except (_Stop, SnapshotStopped):
-            pass
+            log.info("capture stopping: asked to stop; the journal is at the last transaction written")
         finally:
             source.close_quietly(conn)
             journal.close()
@@ -187,13 +192,18 @@ class CaptureApp:
         self._writer = WriteBehind(self._emitter, self._journal, self._written)
         self.state = "streaming"
         log.info("capture streaming from %s", self.position.describe())
+        log.info(
+            "capture ready: source=%s meta=%s status=%s",
+            self.capture.dsn().redacted(),
+            self.capture.meta,
+            self.capture.status_addr or "none",
+        )
         try:
             self._stream_until_stopped(catalog)
         finally:
             self._writer.close()
 
     def _written(self, rows: int) -> None:
-        self.transactions += 1
         self.row_changes += rows
         metrics.ROW_CHANGES.labels("binlog").inc(rows)
 

@@ -4,7 +4,7 @@
 
     [capture]
     upstream = "mysql://repl@127.0.0.1:3306/?ssl-mode=disabled"  # password: BRIDGE_UPSTREAM_PASSWORD
-    meta = "127.0.0.1:2379"          # the meta service (TSO and pump registry)
+    meta = "127.0.0.1:8248"          # the meta service (TSO and pump registry)
     data-dir = "var/capture"         # the position journal
     server-id = 1001                 # this replica's id, unique among the server's replicas
     databases = ["shop"]             # databases captured (required)
@@ -28,6 +28,7 @@ from typing import Literal
 from bridge.config import check_addr
 from bridge.dsn import Dsn, parse_mysql_dsn
 from bridge.errors import ConfigError
+from bridge.meta.client import DEFAULT_ADDR
 from bridge.pumpclient import PumpClientConfig
 
 SnapshotMode = Literal["initial", "never", "when-needed"]
@@ -44,9 +45,7 @@ class CaptureConfig:
     upstream: str = field(
         default="", metadata={"help": "mysql://user@host:port/ of the source; password from the environment"}
     )
-    meta: str = field(
-        default="127.0.0.1:2379", metadata={"help": "meta service address(es), comma separated"}
-    )
+    meta: str = field(default=DEFAULT_ADDR, metadata={"help": "meta service address(es), comma separated"})
     data_dir: str = field(default="var/capture", metadata={"help": "where the position journal is kept"})
     server_id: int = field(default=1001, metadata={"help": "replica server id, unique on the source"})
     databases: list[str] = field(default_factory=list, metadata={"help": "databases to capture"})

@@ -52,6 +52,7 @@ class Emitter:
         self._server_id = server_id
         self._on_schema = on_schema  # the catalog takes a DDL's schemas once it is journaled
         self.last_commit_ts = 0
+        self.transactions = 0  # DML transactions written, snapshot chunks included (as in /metrics)
 
     def rows(
         self,
@@ -64,6 +65,7 @@ class Emitter:
         self._write(binlog.prewrite(start_ts, mutations, prewrite_key(self._server_id, start_ts)), "prewrite")
         commit_ts = self._finish(start_ts, position, tables or {})
         metrics.TRANSACTIONS.inc()
+        self.transactions += 1
         return commit_ts
 
     def ddl(

@@ -74,6 +74,7 @@ class RedisSink(BatchingSink):
         self._metrics: RedisMetrics | None = None
         self._plans: dict[int, TablePlan] = {}  # id(schema) -> plan (the plan keeps the schema alive)
         self._tables: dict[tuple[str, str], row_pb2.TableSchema] = {}  # known tables, casefolded names
+        self._ignored: set[str] = set()  # tables whose changes no rule matches, warned about once
         self._mirrored = -1
 
     # -- contract -------------------------------------------------------------------
@@ -223,6 +224,7 @@ class RedisSink(BatchingSink):
                 plan = self._plan(row.table)
                 fast = plan.invalidate_only
             if not plan.rules:
+                self._warn_ignored(plan)
                 continue
             if fast:
                 if row.kind != "update" or row.before != row.after:  # an equal update changes nothing
@@ -237,6 +239,19 @@ class RedisSink(BatchingSink):
         self._invalidate(keys, event.commit_ts, plan)
         writer.end_transaction(event)
         delivery.complete_through(event.commit_ts)
+
+    def _warn_ignored(self, plan: TablePlan) -> None:
+        """Once per table (and sink open): say that its changes are dropped because no rule matches."""
+        name = plan.name
+        if name in self._ignored:
+            return
+        self._ignored.add(name)
+        patterns = ", ".join(f"{rule.db.text}.{rule.table.text}" for rule in self.rules.rules) or "none"
+        log.warning(
+            "redis sink: no rule matches table %s: its changes are ignored (the rules name %s)",
+            name,
+            patterns,
+        )
 
     def _invalidate(self, keys: list[str], commit_ts: int, plan: TablePlan | None) -> None:
         """Queue the fast path's gathered invalidations, and empty ``keys``."""
