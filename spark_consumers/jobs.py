@@ -92,11 +92,12 @@ class BatchHandler:
 
     def apply_sharded(self, frame: Any, started: float) -> BatchStats:
         """One batch through the shard tasks; only their summaries come to the driver."""
-        from pyspark.sql.types import IntegerType
+        from pyspark.sql.types import IntegerType, StructField, StructType
 
         n = len(self.paths)
         changes = frame.select(*COLUMNS)
-        routed = changes.schema.add("_shard", IntegerType()).add("_route", IntegerType())
+        tags = [StructField("_shard", IntegerType()), StructField("_route", IntegerType())]
+        routed = StructType([*changes.schema.fields, *tags])  # a new one: .add() changes the frame's
         writer = tasks.shard_writer([str(p) for p in self.paths], self.config.text_fields)
         plan = changes.mapInArrow(tasks.router(n, self.routes), routed).repartition(n, "_route")
         summaries = [row.asDict() for row in plan.mapInArrow(writer, tasks.SUMMARY_SCHEMA).collect()]

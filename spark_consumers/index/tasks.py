@@ -42,6 +42,11 @@ SUMMARY_SCHEMA = (
     "shard int, rows long, put long, deleted long, max_commit_ts long, executor string, "
     "cpu_seconds double, attempt int"
 )
+SUMMARY_ARROW = pa.schema(
+    [("shard", pa.int32()), ("rows", pa.int64()), ("put", pa.int64()), ("deleted", pa.int64()),
+     ("max_commit_ts", pa.int64()), ("executor", pa.string()), ("cpu_seconds", pa.float64()),
+     ("attempt", pa.int32())]
+)  # fmt: skip
 LOCK_WAIT = 300.0  # seconds a task waits for a shard's writer lock held by a dying attempt
 
 Batches = Iterator[pa.RecordBatch]
@@ -101,7 +106,7 @@ def shard_writer(
         for shard, parts in sorted(by_shard.items()):
             rows = pa.Table.from_batches(parts).select(COLUMNS).to_pylist()
             summary = apply_shard(paths, shard, rows, text_fields)
-            yield pa.RecordBatch.from_pylist([summary])
+            yield pa.RecordBatch.from_pylist([summary], schema=SUMMARY_ARROW)
 
     return write
 

@@ -95,6 +95,8 @@ def test_sigkilled_driver_restarts_from_its_checkpoint_and_sigterm_stops_after_a
     assert status == 0, second.output[-3000:]
     assert "stopped: signal" in second.output
     assert "batch 0:" not in second.output  # it resumed after the killed run's last committed batch
+    # the job's own lines come first: no Spark progress bar, WARN line or JVM note before them
+    assert re.match(r"batch \d+: ", second.output), second.output[:2000]
     assert_same_documents(documents(tmp_path / "index"), reference)
 
 
