@@ -40,6 +40,19 @@ def toml_key(field_name: str) -> str:
     return field_name.replace("_", "-")
 
 
+def format_duration(seconds: float) -> str:
+    """A duration in its largest whole unit: ``50ms``, ``12.3s``, ``2.5m``, ``5h``, ``3d``."""
+    if seconds < 1:
+        return f"{seconds * 1000:.3g}ms"
+    if seconds < 60:
+        return f"{seconds:.3g}s"
+    if seconds < 3600:
+        return f"{seconds / 60:.3g}m"
+    if seconds < 86400:
+        return f"{seconds / 3600:.3g}h"
+    return f"{seconds / 86400:.3g}d"
+
+
 def parse_duration(value: object, key: str) -> float:
     """Seconds from a number or a string like "500ms", "3s", "10m", "1h", "7d"."""
     if isinstance(value, bool):

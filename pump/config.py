@@ -40,7 +40,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from bridge.config import cluster_token_field
+from bridge.config import cluster_token_field, format_duration
 from bridge.dsn import parse_mysql_dsn
 from bridge.errors import ConfigError
 from bridge.grpcutil import DEFAULT_MAX_MESSAGE_BYTES, SecurityConfig
@@ -246,7 +246,9 @@ class PumpConfig(NodeAddressing):
         }
         for key, (value, low, high) in ranges.items():
             if not low <= value <= high:
-                raise ConfigError(f"{key}: expected {_span(low)}..{_span(high)}, got {value:g}s")
+                raise ConfigError(
+                    f"{key}: expected {format_duration(low)}..{format_duration(high)}, got {value:g}s"
+                )
         if self.gc and self.gc < 60:
             raise ConfigError(f"gc: expected 0 (keep forever) or at least 1m, got {self.gc:g}s")
         if self.max_retention and (not self.gc or self.max_retention < self.gc):
@@ -254,15 +256,3 @@ class PumpConfig(NodeAddressing):
                 f"max-retention: expected 0 (unset) or at least gc ({self.gc:g}s), "
                 f"got {self.max_retention:g}s"
             )
-
-
-def _span(seconds: float) -> str:
-    if seconds < 1:
-        return f"{seconds * 1000:g}ms"
-    if seconds < 60:
-        return f"{seconds:g}s"
-    if seconds < 3600:
-        return f"{seconds / 60:g}m"
-    if seconds < 86400:
-        return f"{seconds / 3600:g}h"
-    return f"{seconds / 86400:g}d"

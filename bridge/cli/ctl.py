@@ -20,6 +20,7 @@ from typing import Any
 
 from bridge.cli.nodectl import STATE_ACTIONS, find_node, post_state
 from bridge.cli.nodegone import OFFLINE_HELP, PRUNE_HELP, REMOVE_HELP, mark_offline, prune, remove
+from bridge.config import format_duration
 from bridge.errors import UserError
 from bridge.grpcutil import SecurityConfig, aio_channel
 from bridge.meta.client import DEFAULT_ADDR, MetaClient
@@ -306,17 +307,11 @@ def last_seen_seconds(node: meta_pb2.NodeStatus, now: float) -> float | None:
 
 
 def seen(node: meta_pb2.NodeStatus, now: float) -> str:
-    """``12.3s ago``, ``42m ago``, ``5h ago``, ``3d ago``: how long the node has been silent."""
+    """``12.3s ago``, ``42m ago``, ``5h ago``: how long the node has been silent (``-``: never heard)."""
     seconds = last_seen_seconds(node, now)
     if seconds is None:
         return "-"
-    if seconds < 120:
-        return f"{seconds:.1f}s ago"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f}m ago"
-    if seconds < 172800:
-        return f"{seconds / 3600:.0f}h ago"
-    return f"{seconds / 86400:.0f}d ago"
+    return f"{format_duration(seconds)} ago"
 
 
 def node_row(node: meta_pb2.NodeStatus, now: float) -> tuple[str, ...]:

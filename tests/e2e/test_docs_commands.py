@@ -9,7 +9,9 @@ of the tree (its top-level entries linked, a fresh ``var/``), with
 makes ``binlog-bridge`` work. The first command that fails, or does not
 print what the text says it does (:data:`EXPECT`, per page
 :data:`PAGE_EXPECT`), fails the test naming its page and line. The markers
-the test reads from the markdown (docs/development.md describes them):
+the test reads from the markdown (docs/development.md describes them).
+README's "Into MySQL or Kafka" (into the MariaDB and the broker
+``scripts/services`` starts) and its Spark index/search/stats run too:
 
 - ``<!-- docs-test: background -->`` before a block: each line is a server,
   started in the background in order; each must print a ``ready`` line
@@ -29,6 +31,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pymysql
 import pytest
 
 from tests.support.process import ChildProcess
@@ -49,9 +52,17 @@ PORTS = (
     8250,
     8251,
     8252,
+    8254,
+    8255,
+    8256,
+    8257,
     8259,
     8260,
-)  # the example configs' (meta, pump, drainer), drainer-2's
+)  # the example configs' (meta, pump, drainer, drainer-mysql, drainer-kafka), drainer-2's
+# The README's MySQL drainer writes database `main` into the MariaDB scripts/services starts: a
+# previous run's rows there would make its diff differ, so the test drops it first (its checkpoint
+# and progress rows in `bridge` are per cluster id, new on every run).
+DOWNSTREAM_MAIN = "main"
 COMMAND_TIMEOUT = 300.0  # scripts/run --seconds 10 starts, loads, catches up and diffs: well below
 READY_TIMEOUT = 90.0
 
@@ -61,6 +72,8 @@ EXPECT = {
     "binlog-bridge load": '"errors": 0',
     "binlog-bridge ctl --meta 127.0.0.1:8248 wait-drainers": "every online drainer is past",
     "binlog-bridge diff": ": equal (",
+    "binlog-bridge consume --bootstrap-servers 127.0.0.1:19092 --prefix bridge": '"topic":"bridge.',
+    "python -m spark_consumers stats": "main.load_orders",
     "binlog-bridge ctl --meta 127.0.0.1:8248 nodes": "drainer-1",
     "binlog-bridge ctl --meta 127.0.0.1:8248 drainers": "drainer-1",
     "binlog-bridge ctl --meta 127.0.0.1:8248 pause pump-1": "state now paused",
@@ -164,6 +177,7 @@ def test_the_readme_tour_and_the_operations_pages_run_as_written(
 ) -> None:
     busy = [port for port in PORTS if _listening(port)]
     assert not busy, f"the example configs' ports {busy} are taken; the tour needs them free"
+    drop_downstream_main()
     env, prelude, ran = clean_env(), [f"cd {clone}"], {}
     for page, heading in SECTIONS:
         blocks = section_blocks((ROOT / page).read_text(), heading)
@@ -171,7 +185,8 @@ def test_the_readme_tour_and_the_operations_pages_run_as_written(
         ran[heading] = run_blocks(page, blocks, env, prelude, clone, servers)
     tour = [b.kind for b in section_blocks((ROOT / "README.md").read_text(), SECTIONS[0][1])]
     assert "background" in tour and tour.count("run") >= 3, tour  # the markers are still there
-    assert ran["## A five-minute tour"] >= 12  # demo, 3 servers, load, wait, diff, 5 ctl, curl
+    # demo, 3 servers, load, wait, diff, MySQL and Kafka drainers, wait, diff, consume, 5 ctl, curl, Spark
+    assert ran["## A five-minute tour"] >= 20
     assert ran["## When a drainer halts"] >= 9  # two examples, the failed state, the skip, a restart
     assert ran["## Removing a node for good"] >= 7  # a drainer gone, offline, remove, prune
 
@@ -206,6 +221,15 @@ def run_blocks(
                 assert said in result.stdout, f"{where}\ndoes not print {said!r}\n{output[-4000:]}"
             ran += 1
     return ran
+
+
+def drop_downstream_main() -> None:
+    conn = pymysql.connect(host="127.0.0.1", port=3306, user="root", autocommit=True)
+    try:
+        with conn.cursor() as cursor:
+            cursor.execute(f"DROP DATABASE IF EXISTS `{DOWNSTREAM_MAIN}`")
+    finally:
+        conn.close()
 
 
 def _listening(port: int) -> bool:

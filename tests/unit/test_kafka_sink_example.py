@@ -27,7 +27,7 @@ def test_the_example_loads_and_builds_the_kafka_sink(tmp_path: Path) -> None:
 
     plain = {k: v for k, v in table.items() if k not in ("producer", "schema-registry")}
     checked = build(KafkaSinkConfig, plain, prefix="sink.kafka.")
-    assert checked.bootstrap_servers == "127.0.0.1:9092"
+    assert checked.bootstrap_servers == "127.0.0.1:19092"  # the broker scripts/services starts
     assert (checked.partitions, checked.partition_by, checked.oversize) == (3, "key", "fail")
     assert (checked.linger, checked.delivery_timeout) == (0.05, 120.0)
 
