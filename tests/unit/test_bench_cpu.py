@@ -55,14 +55,20 @@ def test_meter_reports_per_row_microseconds_and_none_for_unknown_parties() -> No
 
 def test_budget_names_child_processes_by_role_and_counts_per_row() -> None:
     ticks = iter(range(0, 1000, 10))
-    child = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(0.01)"])
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
     try:
+        cmdline = Path(f"/proc/{child.pid}/cmdline")
+        for _ in range(1000):  # until the fork has exec'd (before, the cmdline is pytest's)
+            if b"sys.stdin.read()" in cmdline.read_bytes():
+                break
+            time.sleep(0.01)
         budget = Budget(servers={"nobody": None}, counters={"calls": lambda: float(next(ticks))})
         budget.start()
         _burn(0.05)
         report = budget.stop(rows=100)
     finally:
-        child.kill()
+        assert child.stdin is not None
+        child.stdin.close()
         child.wait()
     per_row = report["cpu_us_per_row"]
     assert isinstance(per_row, dict)
@@ -75,12 +81,22 @@ def test_budget_names_child_processes_by_role_and_counts_per_row() -> None:
 
 
 def test_process_role_is_the_binlog_bridge_subcommand() -> None:
+    # The child stays alive until its stdin closes, so its cmdline is readable (a child that has
+    # exited is a zombie with an empty cmdline); its words are those of `binlog-bridge --log-level
+    # warning pump`, behind a program text the role must skip.
     child = subprocess.Popen(
-        [sys.executable, "-m", "bridge.cli", "--log-level", "warning", "pump", "--help"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        [sys.executable, "-c", "import sys; sys.stdin.read()", "--log-level", "warning", "pump"],
+        stdin=subprocess.PIPE,
     )
     try:
-        assert process_role(child.pid) in ("pump", "gone")  # "gone" only if it already exited
+        cmdline = Path(f"/proc/{child.pid}/cmdline")
+        for _ in range(1000):  # until the fork has exec'd (before, the cmdline is pytest's)
+            if b"\0pump" in cmdline.read_bytes():
+                break
+            time.sleep(0.01)
+        assert process_role(child.pid) == "pump"
     finally:
+        assert child.stdin is not None
+        child.stdin.close()
         child.wait()
+    assert process_role(child.pid) == "gone"
