@@ -42,6 +42,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from bench.cpu import Budget
 from bench.pump import TsoBatcher
 from bridge.binlog import (
     Binlog,
@@ -327,16 +328,22 @@ async def wait_checkpoint(drainer: Child, last_ts: int, timeout: float) -> None:
             checkpoint = int(status.get("checkpoint_ts") or 0)
 
 
-async def measure_drainer(tmp: Path, meta_addr: str, last_ts: int, args: argparse.Namespace) -> float:
-    """Rows/s of a drainer catching up from its ready line to a checkpoint at ``last_ts``."""
+async def measure_drainer(
+    tmp: Path, meta_addr: str, last_ts: int, args: argparse.Namespace
+) -> tuple[float, dict[str, object]]:
+    """Rows/s of a drainer catching up from its ready line to a checkpoint at ``last_ts``, and the
+    CPU budget of every process meanwhile (:class:`bench.cpu.Budget`)."""
     config = tmp / "drainer.toml"
     config.write_text(drainer_toml(meta_addr, tmp / "drainer"))
     async with spawn(["drainer", "--config", str(config)], DRAINER_READY, "drainer") as drainer:
+        budget = Budget()
+        budget.start()
         await wait_checkpoint(drainer, last_ts, args.timeout)
         elapsed = time.perf_counter() - drainer.ready_at
+        spent = budget.stop(args.rows)
     rate: float = args.rows / elapsed
     progress(f"drainer: {args.rows:,} rows in {elapsed:.2f}s = {rate:,.0f} rows/s")
-    return rate
+    return rate, spent
 
 
 def decode_binlog(payload: bytes, codecs: dict[int, RowCodec], decode_rows: bool) -> tuple[int, int]:
@@ -441,19 +448,20 @@ async def first_binlog(addr: str, cluster_id: int) -> binlog_pb2.Binlog:
         await channel.close()
 
 
-async def measure(args: argparse.Namespace) -> tuple[float, float, float]:
-    """(drainer rows/s, raw pull + decode rows/s, raw pull without row decoding rows/s)."""
+async def measure(args: argparse.Namespace) -> tuple[float, float, float, dict[str, object]]:
+    """(drainer rows/s, raw pull + decode rows/s, raw pull without row decoding rows/s, the
+    drainer phase's CPU budget)."""
     with tempfile.TemporaryDirectory(prefix="bench-drainer-") as name:
         tmp = Path(name)
         async with contextlib.AsyncExitStack() as stack:
             meta_addr, pumps = await start_cluster(stack, tmp)
             last_ts = await preload(meta_addr, args)
-            value = await measure_drainer(tmp, meta_addr, last_ts, args)
+            value, budget = await measure_drainer(tmp, meta_addr, last_ts, args)
             async with MetaClient(meta_addr, timeout=10) as meta:
                 cluster_id = await meta.cluster_id()
             ceiling = await measure_raw(cluster_id, pumps, last_ts, args, decode_rows=True)
             pull_only = await measure_raw(cluster_id, pumps, last_ts, args, decode_rows=False)
-    return value, ceiling, pull_only
+    return value, ceiling, pull_only, budget
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -461,7 +469,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         raise SystemExit(
             "bench drainer: --rows >= 1, --rows-per-txn 1..rows, --concurrency >= 1, --timeout > 0"
         )
-    value, ceiling, pull_only = asyncio.run(measure(args))
+    value, ceiling, pull_only, budget = asyncio.run(measure(args))
     return {
         "name": "drainer",
         "value": round(value, 1),
@@ -471,6 +479,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         # the file sink stores binlog bytes and never decodes rows: the same raw loop without decoding
         "pull_only": round(pull_only, 1),
         "pull_only_ratio": float(f"{value / pull_only:.4g}") if pull_only else 0.0,
+        "budget": budget,  # the drainer phase: CPU per row of every process, from /proc
         "params": {
             "rows": args.rows,
             "rows_per_txn": args.rows_per_txn,

@@ -33,6 +33,14 @@ The run fails unless every row reaches every sink (row ids for MySQL,
 1000 ms at 10k rows/s): ``ratio`` ≤ 1 meets it. The offered and achieved rates,
 the machine's cores and its load average before and after are in the JSON.
 The run's database and topic are dropped at the end.
+
+``budget``: CPU µs per row of every process (this one split into the producer
+and the measuring watchers, meta, each pump, the drainer, MariaDB, the broker)
+and calls, stream messages and fsyncs per second and per 1,000 rows, from the
+first offered transaction until every row arrived, with ``during_load`` (the
+load alone) and ``idle_pct_core`` (2 s before it); see :class:`bench.cpu.Budget`.
+``--sweep`` searches the highest rate each sink set keeps up with
+(:mod:`bench.latency_sweep`).
 """
 
 from __future__ import annotations

@@ -34,7 +34,8 @@ class PumpPool:
         self._config = config
         self._activity = activity
         self._gather = config.strategy == "range" and config.batch_linger > 0
-        self._target: PumpNode | None = None  # the pump the round robin picked for the batch gathering
+        self._target: PumpNode | None = None  # the pump the batch of Prewrites gathers on
+        self._routed: dict[str, int] = {}  # Prewrites routed to each pump while gathering
         self._cluster_id = cluster_id
         self._selector = make_selector(config.strategy)
         self._nodes: dict[str, PumpNode] = {}
@@ -52,21 +53,31 @@ class PumpPool:
     def prewrite_candidates(self, start_ts: int) -> list[PumpNode]:
         """Available pumps in the selector's order, then the unavailable ones as a last resort.
 
-        With the ``range`` strategy, while the pump the round robin picked for the last
-        Prewrite is still gathering its batch (``batch-linger``, while the client is busy),
-        it comes first: the Prewrites of that moment leave in one call instead of one call
-        per pump, and the round robin moves on with the next batch. (Only a pump the
-        round robin picked attracts Prewrites, not one gathering Commits: the pumps
-        stay balanced.)"""
+        With the ``range`` strategy and ``batch-linger``, while the pump picked for the
+        last Prewrite is still gathering its batch (the client is busy), it comes first:
+        the Prewrites of that moment leave in one call instead of one call per pump. The
+        next batch starts on the pump that took the fewest Prewrites so far (batches
+        differ in size; plain round robin over batches would not balance the pumps).
+        A pump gathering Commits attracts no Prewrites."""
         ordered = [self._nodes[node_id] for node_id in self._selector.preference(start_ts)]
-        if self._gather:
+        if self._gather and ordered:
             target = self._target
-            if target is not None and target.gathering and target in ordered:
-                ordered.remove(target)  # the Prewrites of this moment follow the first one
-                ordered.insert(0, target)
-            elif ordered:
-                self._target = ordered[0]  # the round robin's pick starts the next batch
+            if target is None or not target.gathering or target not in ordered:
+                target = self._target = self._least_routed(ordered)  # it starts the next batch
+            ordered.remove(target)  # the Prewrites of this moment follow the first one
+            ordered.insert(0, target)
+            self._routed[target.node_id] += 1
         return ordered + list(self.unavailable)
+
+    def _least_routed(self, ordered: list[PumpNode]) -> PumpNode:
+        """The pump that took the fewest Prewrites so far (the first in round-robin order on a
+        tie), so batches of different sizes still spread the Prewrites evenly; a pump new to
+        this client starts level with the least loaded one, not at zero."""
+        routed = self._routed
+        floor = min((routed[n.node_id] for n in ordered if n.node_id in routed), default=0)
+        for node in ordered:
+            routed.setdefault(node.node_id, floor)
+        return min(ordered, key=lambda node: routed[node.node_id])
 
     def apply_registry(self, statuses: Sequence[meta_pb2.NodeStatus]) -> None:
         """Take in a ListNodes answer (pumps only)."""

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -53,17 +55,33 @@ def test_meter_reports_per_row_microseconds_and_none_for_unknown_parties() -> No
     assert per_row["nobody"] is None
 
 
+@contextlib.contextmanager
+def waiting_child(*words: str) -> Iterator[subprocess.Popen[bytes]]:
+    """A Python child that stays alive until its stdin closes (a child that has exited is a zombie
+    with an empty cmdline), yielded once it has exec'd; ``words`` follow its program text."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()", *words], stdin=subprocess.PIPE
+    )
+    try:
+        cmdline = Path(f"/proc/{child.pid}/cmdline")
+        for _ in range(1000):  # until the fork has exec'd (before, the cmdline is pytest's)
+            if b"sys.stdin.read()" in cmdline.read_bytes():
+                break
+            time.sleep(0.01)
+        yield child
+    finally:
+        assert child.stdin is not None
+        child.stdin.close()
+        child.wait()
+
+
 def test_budget_names_child_processes_by_role_and_counts_per_row() -> None:
     ticks = iter(range(0, 1000, 10))
-    child = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(0.01)"])
-    try:
+    with waiting_child():
         budget = Budget(servers={"nobody": None}, counters={"calls": lambda: float(next(ticks))})
         budget.start()
         _burn(0.05)
         report = budget.stop(rows=100)
-    finally:
-        child.kill()
-        child.wait()
     per_row = report["cpu_us_per_row"]
     assert isinstance(per_row, dict)
     assert per_row["producer"] is not None and per_row["producer"] >= 400  # 0.04 s over 100 rows
@@ -75,22 +93,8 @@ def test_budget_names_child_processes_by_role_and_counts_per_row() -> None:
 
 
 def test_process_role_is_the_binlog_bridge_subcommand() -> None:
-    # The child stays alive until its stdin closes, so its cmdline is readable (a child that has
-    # exited is a zombie with an empty cmdline); its words are those of `binlog-bridge --log-level
-    # warning pump`, behind a program text the role must skip.
-    child = subprocess.Popen(
-        [sys.executable, "-c", "import sys; sys.stdin.read()", "--log-level", "warning", "pump"],
-        stdin=subprocess.PIPE,
-    )
-    try:
-        cmdline = Path(f"/proc/{child.pid}/cmdline")
-        for _ in range(1000):  # until the fork has exec'd (before, the cmdline is pytest's)
-            if b"\0pump" in cmdline.read_bytes():
-                break
-            time.sleep(0.01)
+    # The child's words are those of `binlog-bridge --log-level warning pump`, behind a program
+    # text the role must skip.
+    with waiting_child("--log-level", "warning", "pump") as child:
         assert process_role(child.pid) == "pump"
-    finally:
-        assert child.stdin is not None
-        child.stdin.close()
-        child.wait()
     assert process_role(child.pid) == "gone"
