@@ -16,8 +16,8 @@
 # Debian mirror without NAT.
 #
 # `down` removes every container, network and volume of this engine (all are the tests') and
-# the untagged images of earlier builds, keeps the tagged images (the cache), stops dockerd by
-# its pid and unmounts what it left mounted.
+# untagged images older than a week, keeps the rest (the cache), stops dockerd by its pid and
+# unmounts what it left mounted.
 
 DOCKER_DIR=${BRIDGE_DOCKER_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/binlog-bridge/docker}
 DOCKER_SOCK=$DOCKER_DIR/docker.sock
@@ -87,7 +87,9 @@ docker_remove_all() {
     ids=$(docker_cli ps -aq) && [[ -n $ids ]] && docker_cli rm -f -v $ids >/dev/null
     docker_cli network prune -f >/dev/null
     ids=$(docker_cli volume ls -q) && [[ -n $ids ]] && docker_cli volume rm -f $ids >/dev/null
-    docker_cli image prune -f >/dev/null  # untagged images of earlier builds; tagged ones are the cache
+    # Untagged images of builds older than a week. Not all: the Dockerfile's wheel stage (the
+    # dependencies' layer, the costly one) is untagged too, and it is the warm run's cache.
+    docker_cli image prune -f --filter until=168h >/dev/null
     return 0
 }
 
