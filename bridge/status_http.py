@@ -10,14 +10,19 @@ they share with ``capture`` and the meta server:
                        ``before_metrics`` refreshes gauges computed on demand
 =====================  =====================================================
 
-Behaviour of every route: one request per connection (``Connection:
-close``); request heads are limited to 16 KiB and bodies (read and ignored)
-to 64 KiB, chunked bodies are refused (501); unknown paths answer 404 naming
-the endpoints, a known path with another method 405 with ``Allow``; HEAD is
-answered like GET without a body. A handler's
-:class:`~bridge.errors.UserError` answers 409, another
+The server is aiohttp's (its low-level :class:`aiohttp.web.Server`, run in the
+node's event loop); this module routes and answers. Behaviour of every route:
+one request per connection (``Connection: close``); a request line or header
+field over 16 KiB answers 431, more than 64 headers or a malformed request 400;
+bodies are limited to 64 KiB (413; read and ignored), chunked bodies are
+refused (501); a connection that sends no complete request head within 10 s is
+closed, a body not received within 10 s answers 408. Unknown paths answer 404
+naming the endpoints, a known path with another method 405 with ``Allow``;
+HEAD is answered like GET without a body.
+A handler's :class:`~bridge.errors.UserError` answers 409, another
 :class:`~bridge.errors.BridgeError` 503, anything else 500 (logged, counted
-by ``on_error``); errors are ``{"error": ...}`` JSON. TLS when ``[security]``
+by ``on_error``); errors, the server's own 400s included, are ``{"error": ...}``
+JSON. TLS when ``[security]``
 names a certificate (:func:`server_ssl_context`), requiring client
 certificates when it names a CA, as the gRPC port does; then a state change
 also needs a certificate with role ``ctl`` (:mod:`bridge.tls`), else 403.
@@ -29,7 +34,7 @@ preflight: a form or text ``Content-Type`` (``application/x-www-form-urlencoded`
 this server's own ``Host``. When the cluster has a token
 (:mod:`bridge.auth`) they also need ``Authorization: Bearer <token>``, else
 401. GET and HEAD stay open. A ``Content-Length`` that is not ASCII digits
-answers 400.
+answers 400 (aiohttp's parser refuses it).
 """
 
 from __future__ import annotations
@@ -41,7 +46,11 @@ import ssl
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
+from typing import Any
 
+from aiohttp import web
+from aiohttp.http_exceptions import BadStatusLine, LineTooLong
+from aiohttp.web_protocol import RequestHandler
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from prometheus_client.registry import CollectorRegistry
 
@@ -52,7 +61,8 @@ from bridge.tls import http_role_problem
 
 log = logging.getLogger(__name__)
 
-MAX_HEAD_BYTES = 16 * 1024
+MAX_LINE_BYTES = 16 * 1024  # the request line and each header field
+MAX_HEADERS = 64
 MAX_BODY_BYTES = 64 * 1024
 READ_TIMEOUT = 10.0
 READ_ONLY_METHODS = frozenset({"GET", "HEAD"})
@@ -79,17 +89,53 @@ class Response:
             response.headers = (("Allow", allow),)
         return response
 
+    def to_web(self) -> web.Response:
+        """The aiohttp response; the connection closes after it (one request per connection)."""
+        answer = web.Response(
+            status=self.status.value,
+            body=self.body,
+            headers={"Content-Type": self.content_type, **dict(self.headers)},
+        )
+        answer.force_close()
+        return answer
+
 
 Handler = Callable[[], Awaitable[Response]]
 Routes = Mapping[str, Mapping[str, Handler]]  # path -> method -> handler
 
 
-class BadRequest(Exception):
-    """The request cannot be parsed; ``status`` is the answer."""
+class _Protocol(RequestHandler):
+    """aiohttp's connection handler, answering the requests its parser refuses as JSON errors."""
 
-    def __init__(self, status: HTTPStatus, message: str) -> None:
-        super().__init__(message)
-        self.status = status
+    def handle_error(
+        self,
+        request: web.BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        # Reached for a request aiohttp cannot parse (400: the client's mistake, logged
+        # quietly) or a failure past StatusServer._dispatch (a bug: logged in full).
+        # aiohttp's messages go on to draw the offending bytes: the first line says it.
+        text = (message or HTTPStatus(status).phrase).splitlines()[0].rstrip(":")
+        if status >= HTTPStatus.INTERNAL_SERVER_ERROR:
+            log.error("status endpoint: %s %s failed", request.method, request.path, exc_info=exc)
+        else:
+            log.debug("status endpoint: request refused (%s): %s", status, text)
+        if isinstance(exc, LineTooLong):
+            return Response.error(
+                HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, "request head too large"
+            ).to_web()
+        if isinstance(exc, BadStatusLine):
+            text = f"malformed request line: {text}"
+        return Response.error(HTTPStatus(status), text).to_web()
+
+
+class _Server(web.Server):
+    """aiohttp's low-level server with :class:`_Protocol` for each connection."""
+
+    def __call__(self) -> RequestHandler:
+        return _Protocol(self, loop=self._loop, **self._kwargs)
 
 
 def server_ssl_context(security: SecurityConfig) -> ssl.SSLContext | None:
@@ -148,7 +194,7 @@ class StatusServer:
         self._port = port
         self._ssl = ssl_context
         self._token = current_token() if token is None else token  # never logged
-        self._server: asyncio.Server | None = None
+        self._runner: web.ServerRunner | None = None
 
     @property
     def port(self) -> int:
@@ -161,15 +207,25 @@ class StatusServer:
 
     async def start(self) -> int:
         """Listen; returns the port bound. A port not free is a ConfigError naming ``status-addr``."""
+        server = _Server(
+            self._handle,
+            access_log=None,
+            keepalive_timeout=READ_TIMEOUT,
+            max_line_size=MAX_LINE_BYTES,
+            max_field_size=MAX_LINE_BYTES,
+            max_headers=MAX_HEADERS,
+        )
+        runner = web.ServerRunner(server, shutdown_timeout=READ_TIMEOUT)
+        await runner.setup()
         try:
-            self._server = await asyncio.start_server(
-                self._handle, self._host, self._port, ssl=self._ssl, limit=MAX_HEAD_BYTES
-            )
+            await web.TCPSite(runner, self._host, self._port, ssl_context=self._ssl).start()
         except OSError as exc:
+            await runner.cleanup()
             raise ConfigError(
                 f"status-addr: cannot listen on {self._host}:{self._port}: {exc.strerror}"
             ) from exc
-        self._port = int(self._server.sockets[0].getsockname()[1])
+        self._runner = runner
+        self._port = int(runner.addresses[0][1])
         log.info(
             "%s status endpoint on %s://%s:%d",
             self._component,
@@ -180,10 +236,9 @@ class StatusServer:
         return self._port
 
     async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
-            self._server = None
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
 
     async def _get_status(self) -> Response:
         return self.status_response()
@@ -192,29 +247,25 @@ class StatusServer:
         self._before_metrics()
         return Response(HTTPStatus.OK, generate_latest(self._registry), CONTENT_TYPE_LATEST)
 
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
+    async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        method = request.method
+        if "Transfer-Encoding" in request.headers:
+            response = Response.error(HTTPStatus.NOT_IMPLEMENTED, "chunked request bodies are not supported")
+        elif (request.content_length or 0) > MAX_BODY_BYTES:
+            response = Response.error(
+                HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"request body over {MAX_BODY_BYTES} bytes"
+            )
+        else:
             try:
-                method, path, headers = await asyncio.wait_for(_read_request(reader), READ_TIMEOUT)
-                response = (
-                    self._refusal(method, headers)
-                    or self._role_refusal(method, writer)
-                    or await self._dispatch(method, path)
-                )
-            except BadRequest as exc:
-                method, response = "", Response.error(exc.status, str(exc))
+                await asyncio.wait_for(request.read(), READ_TIMEOUT)  # at most MAX_BODY_BYTES, ignored
             except TimeoutError:
-                method = ""
-                response = Response.error(HTTPStatus.REQUEST_TIMEOUT, "request not received in time")
-            await _write_response(writer, response, head_only=method == "HEAD")
-        except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError) as exc:
-            log.debug("status endpoint: connection dropped: %s", exc)
-        finally:
-            writer.close()
-            try:
-                await writer.wait_closed()
-            except (ConnectionError, ssl.SSLError):
-                log.debug("status endpoint: connection closed uncleanly")
+                return Response.error(HTTPStatus.REQUEST_TIMEOUT, "request not received in time").to_web()
+            response = (
+                self._refusal(method, request.headers)
+                or self._role_refusal(method, request.get_extra_info("peercert"))
+                or await self._dispatch(method, request.path)
+            )
+        return response.to_web()
 
     def _refusal(self, method: str, headers: Mapping[str, str]) -> Response | None:
         """403/401 for a state change a browser could forge or that lacks the token; None = go on."""
@@ -238,11 +289,11 @@ class StatusServer:
             return response
         return None
 
-    def _role_refusal(self, method: str, writer: asyncio.StreamWriter) -> Response | None:
+    def _role_refusal(self, method: str, peercert: Any) -> Response | None:
         """Under mutual TLS, 403 for a state change whose certificate lacks role ``ctl`` (bridge.tls)."""
         if self._ssl is None or self._ssl.verify_mode != ssl.CERT_REQUIRED:
             return None
-        problem = http_role_problem(method, writer.get_extra_info("peercert"))
+        problem = http_role_problem(method, peercert)
         return Response.error(HTTPStatus.FORBIDDEN, problem) if problem else None
 
     async def _dispatch(self, method: str, path: str) -> Response:
@@ -269,54 +320,3 @@ class StatusServer:
             return Response.error(
                 HTTPStatus.INTERNAL_SERVER_ERROR, f"internal error; see the {self._component}'s log"
             )
-
-
-async def _read_request(reader: asyncio.StreamReader) -> tuple[str, str, dict[str, str]]:
-    """Read the request head (and discard any body); returns (method, path without
-    query, headers by lower-case name; the last of a repeated one)."""
-    try:
-        head = await reader.readuntil(b"\r\n\r\n")
-    except asyncio.LimitOverrunError:
-        raise BadRequest(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, "request head too large") from None
-    except asyncio.IncompleteReadError:
-        raise BadRequest(HTTPStatus.BAD_REQUEST, "incomplete request") from None
-    request_line, *header_lines = head.decode("latin-1").split("\r\n")
-    parts = request_line.split(" ")
-    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
-        raise BadRequest(HTTPStatus.BAD_REQUEST, f"malformed request line {request_line[:100]!r}")
-    method, target, _ = parts
-    length = 0
-    headers: dict[str, str] = {}
-    for line in header_lines:
-        name, sep, value = line.partition(":")
-        if not sep:
-            continue
-        name, value = name.strip().lower(), value.strip()
-        headers[name] = value
-        if name == "content-length":
-            # isdigit() alone passes digits such as "²" that int() refuses
-            if not (value.isascii() and value.isdigit()):
-                raise BadRequest(HTTPStatus.BAD_REQUEST, "malformed Content-Length")
-            length = int(value)
-        elif name == "transfer-encoding":
-            raise BadRequest(HTTPStatus.NOT_IMPLEMENTED, "chunked request bodies are not supported")
-    if length > MAX_BODY_BYTES:
-        raise BadRequest(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"request body over {MAX_BODY_BYTES} bytes")
-    if length:
-        await reader.readexactly(length)
-    return method, target.split("?", 1)[0], headers
-
-
-async def _write_response(writer: asyncio.StreamWriter, response: Response, head_only: bool) -> None:
-    status = response.status
-    head = [
-        f"HTTP/1.1 {status.value} {status.phrase}",
-        f"Content-Type: {response.content_type}",
-        f"Content-Length: {len(response.body)}",
-        "Connection: close",
-        *(f"{name}: {value}" for name, value in response.headers),
-    ]
-    writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1"))
-    if not head_only:
-        writer.write(response.body)
-    await writer.drain()

@@ -169,7 +169,10 @@ def test_poisoned_timestamps_are_refused_and_every_later_transaction_reaches_the
         # The drainer's control endpoint refuses what a browser page could send (and a bad length).
         form = "Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 0"
         assert http_status(drainer.status_port, f"POST /state/close HTTP/1.1\r\nHost: x\r\n{form}") == 403
-        assert http_status(drainer.status_port, "POST /state/close HTTP/1.1\r\nContent-Length: ²") == 400
+        assert (
+            http_status(drainer.status_port, "POST /state/close HTTP/1.1\r\nHost: x\r\nContent-Length: ²")
+            == 400
+        )
         assert drainer.status()["state"] == "ONLINE"
     finally:
         producer.close()

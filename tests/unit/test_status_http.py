@@ -57,17 +57,19 @@ def test_status_metrics_and_routing() -> None:
     )
 
     async def scenario(port: int) -> None:
-        line, headers, body = await request(port, b"GET /status HTTP/1.1\r\n\r\n")
+        line, headers, body = await request(port, b"GET /status HTTP/1.1\r\nHost: x\r\n\r\n")
         assert line == "HTTP/1.1 200 OK" and headers["Content-Type"] == "application/json"
         assert json.loads(body) == {"state": "online", "ts": 7}
-        line, headers, body = await request(port, b"GET /metrics HTTP/1.1\r\n\r\n")
+        line, headers, body = await request(port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
         assert line == "HTTP/1.1 200 OK" and headers["Content-Type"].startswith("text/plain")
         assert b"# TYPE" in body and refreshed == [True]
-        line, _, body = await request(port, b"GET /nothing HTTP/1.1\r\n\r\n")
+        line, _, body = await request(port, b"GET /nothing HTTP/1.1\r\nHost: x\r\n\r\n")
         assert line.startswith("HTTP/1.1 404 ") and b"GET /status, GET /metrics" in body
-        line, headers, _ = await request(port, b"POST /status HTTP/1.1\r\n\r\n")
+        line, headers, _ = await request(port, b"POST /status HTTP/1.1\r\nHost: x\r\n\r\n")
         assert line.startswith("HTTP/1.1 405 ") and headers["Allow"] == "GET, HEAD"
-        line, _, body = await request(port, b"POST /status HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n")
+        line, _, body = await request(
+            port, b"POST /status HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+        )
         assert line.startswith("HTTP/1.1 501 ") and b"chunked" in body
 
     serve(server, scenario)
@@ -89,16 +91,16 @@ def test_handler_errors_map_to_409_503_and_500_and_are_counted() -> None:
     )
 
     async def scenario(port: int) -> None:
-        line, _, body = await request(port, b"POST /refused HTTP/1.1\r\n\r\n")
+        line, _, body = await request(port, b"POST /refused HTTP/1.1\r\nHost: x\r\n\r\n")
         assert line == "HTTP/1.1 409 Conflict" and json.loads(body) == {"error": "not now"}
-        line, _, body = await request(port, b"POST /down HTTP/1.1\r\n\r\n")
+        line, _, body = await request(port, b"POST /down HTTP/1.1\r\nHost: x\r\n\r\n")
         assert line.startswith("HTTP/1.1 503 ") and json.loads(body) == {
             "error": "BridgeError: store unreachable"
         }
-        line, _, body = await request(port, b"POST /bug HTTP/1.1\r\n\r\n")
+        line, _, body = await request(port, b"POST /bug HTTP/1.1\r\nHost: x\r\n\r\n")
         assert line.startswith("HTTP/1.1 500 ")
         assert json.loads(body) == {"error": "internal error; see the tester's log"}
-        line, headers, _ = await request(port, b"GET /bug HTTP/1.1\r\n\r\n")
+        line, headers, _ = await request(port, b"GET /bug HTTP/1.1\r\nHost: x\r\n\r\n")
         assert line.startswith("HTTP/1.1 405 ") and headers["Allow"] == "POST"
 
     serve(server, scenario)
@@ -116,13 +118,13 @@ def test_drainer_routes_close_and_refuse_pause() -> None:
 
     async def scenario(port: int) -> None:
         for path in (b"/state/pause", b"/state/resume"):
-            line, _, body = await request(port, b"POST " + path + b" HTTP/1.1\r\n\r\n")
+            line, _, body = await request(port, b"POST " + path + b" HTTP/1.1\r\nHost: x\r\n\r\n")
             assert line == "HTTP/1.1 409 Conflict" and json.loads(body) == {"error": REFUSE_PAUSE}
         assert closed == []
-        line, _, body = await request(port, b"POST /state/close HTTP/1.1\r\n\r\n")
+        line, _, body = await request(port, b"POST /state/close HTTP/1.1\r\nHost: x\r\n\r\n")
         assert line == "HTTP/1.1 200 OK" and json.loads(body) == {"state": "closing"}
         assert closed == [True]
-        line, _, body = await request(port, b"HEAD /status HTTP/1.1\r\n\r\n")
+        line, _, body = await request(port, b"HEAD /status HTTP/1.1\r\nHost: x\r\n\r\n")
         assert line == "HTTP/1.1 200 OK" and body == b""
 
     serve(server, scenario)
