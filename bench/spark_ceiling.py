@@ -18,6 +18,7 @@ import io
 import json
 import os
 import time
+from datetime import date, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -47,7 +48,10 @@ def _schemas(bootstrap: str, topic: str) -> dict[bytes, Any]:
 
 
 def _plain(value: Any) -> Any:
-    return str(value) if isinstance(value, Decimal) else value
+    """A decoded Avro value as tantivy's JSON field takes it (no Decimal, no datetime)."""
+    if isinstance(value, Decimal):
+        return str(value)
+    return value.isoformat() if isinstance(value, datetime | date) else value
 
 
 def _schema() -> tantivy.Schema:

@@ -155,6 +155,7 @@ def test_the_job_on_a_standalone_cluster_of_two_workers_gives_the_same_index_wri
     shares = executor_shares(job.output)
     assert len(shares) == 2, shares  # one executor per worker, each wrote shards
     total = sum(shares.values())
+    print(f"documents applied per executor: {shares}")  # for docs/benchmarks.md (pytest -s)
     assert all(0.4 <= n / total <= 0.6 for n in shares.values()), shares
 
 
