@@ -173,6 +173,7 @@ def stack(engine: dict[str, str]) -> Iterator[Stack]:
         "BRIDGE_MYSQL_PASSWORD": secrets.token_hex(12),
         "BRIDGE_REDIS_PASSWORD": secrets.token_hex(12),
         "BRIDGE_GRAFANA_PASSWORD": secrets.token_hex(12),
+        "BRIDGE_CLUSTER_TOKEN": secrets.token_hex(32),
         "BRIDGE_SCHEMA_REGISTRY_URL": "",  # no registry stand-in: single-object encoding
         "BRIDGE_LOAD_SECONDS": "20",
         "BRIDGE_LOAD_RATE": "50",
