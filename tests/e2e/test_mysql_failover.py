@@ -126,12 +126,20 @@ def kill_drainer_connections(server: MariaDBInstance, user: str) -> Fault:
     """``KILL`` every connection of the drainer's user (1927 / 2013 on its side), alternating with
     ``KILL QUERY`` (1317), ``KILLS`` times, each once the checkpoint has moved on since the last."""
 
+    def drainer_connections() -> list[tuple[object, ...]]:
+        return on_downstream(server, CONNECTIONS_OF.format(user=user))
+
+    def drainer_connected() -> bool:
+        return bool(drainer_connections())
+
     def fault(cluster: Cluster, load: LoadProcess) -> None:
         wait_for_transactions(cluster, load, 60)
         for i in range(KILLS):
             seen = checkpoint_ts(cluster)
-            rows = on_downstream(server, CONNECTIONS_OF.format(user=user))
-            assert rows, "the drainer holds no connection to the downstream"
+            # Right after the last kill (or between two batches) the drainer may hold no
+            # connection yet: it reconnects when it next writes.
+            wait_for(drainer_connected, "connection of the drainer to the downstream", cluster)
+            rows = drainer_connections()
             how = "KILL QUERY" if i % 2 else "KILL"
             for (connection_id,) in rows:
                 with contextlib.suppress(pymysql.err.OperationalError):  # it went away meanwhile

@@ -60,14 +60,23 @@ async def leave_mid_stream(addr: str, cluster_id: int, how: str) -> None:
 async def reset_mid_stream(proxy: TcpProxy, cluster_id: int) -> None:
     """The connection RST under a stream the pump is sending on (no cancel reaches it)."""
     request = pump_pb2.PullBinlogReq(clusterID=cluster_id, startFrom=pump_pb2.Pos(offset=0))
-    async with aio_channel(proxy.addr) as channel:
-        # wait_for_ready: on a loaded machine the connection through the proxy may take a retry
-        call = pump_pb2_grpc.PumpStub(channel).PullBinlogs(request, wait_for_ready=True)
-        await call.read()
-        proxy.reset_all()
-        with contextlib.suppress(grpc.aio.AioRpcError):
-            while await call.read() is not grpc.aio.EOF:
-                pass
+    for attempt in range(5):
+        async with aio_channel(proxy.addr) as channel:
+            # wait_for_ready: on a loaded machine the connection through the proxy may take a retry
+            call = pump_pb2_grpc.PumpStub(channel).PullBinlogs(request, wait_for_ready=True)
+            try:
+                await call.read()
+            except grpc.aio.AioRpcError as exc:
+                # grpc-core shares subchannels between channels to one address: a new channel
+                # may start on the connection the last round reset before its RST was read
+                if exc.code() != grpc.StatusCode.UNAVAILABLE or attempt == 4:
+                    raise
+                continue
+            proxy.reset_all()
+            with contextlib.suppress(grpc.aio.AioRpcError):
+                while await call.read() is not grpc.aio.EOF:
+                    pass
+            return
 
 
 def killed_client(addr: str, cluster_id: int) -> None:
