@@ -143,6 +143,16 @@ class _Encoder(ABC):
             ) from None
         return out.getvalue()
 
+    def compiled_header(self, subject: str, schema: dict[str, Any]) -> bytes | None:
+        """The framing :meth:`encode` puts before a body of ``schema`` under ``subject`` (the schema
+        is registered/published as by the first :meth:`encode`), or None when fastavro writes that
+        schema: a caller writing bodies itself (:class:`~bridge.avro.rowwriter.RowWriter`) then
+        leaves the schema to :meth:`encode`."""
+        compiled = self._by_id.get((subject, id(schema)))
+        if compiled is None or compiled.schema is not schema:
+            compiled = self._compile(subject, schema)
+        return compiled.header if compiled.write is not None else None
+
     def _compile(self, subject: str, schema: dict[str, Any]) -> _Compiled:
         text = json.dumps(schema, sort_keys=True, separators=(",", ":"))
         with self._lock:

@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final, Literal
 
 from bridge.avro.events import SOURCE_SCHEMA
+from bridge.avro.rowwriter import RowWriter, Unsupported
 from bridge.avro.types import BRIDGE_NAME, NO_DEFAULT, AvroColumn, Converter, column_type, sanitize_name
 from bridge.errors import ProtocolError
 from bridge.proto import row_pb2
@@ -81,6 +82,7 @@ class TableAvro:
         "_from_avro",
         "_key_columns",
         "_name",
+        "_writer",
         "fields",
         "key_schema",
         "namespace",
@@ -141,8 +143,26 @@ class TableAvro:
             ],
         }
 
+        self._writer: RowWriter | bool | None = False  # built on first use
+
     def __repr__(self) -> str:
         return f"TableAvro({self.namespace})"
+
+    def row_writer(self) -> RowWriter | None:
+        """The :class:`~bridge.avro.rowwriter.RowWriter` of this table (built once), or None
+        when its schemas need the dict route (:meth:`key_record`, :meth:`envelope`)."""
+        if self._writer is False:
+            try:
+                self._writer = RowWriter(
+                    self.value_schema,
+                    self.row_schema,
+                    self.key_schema,
+                    [convert for _, convert in self._columns],
+                    [(position, convert) for position, _, convert in self._key_columns],
+                )
+            except Unsupported:
+                self._writer = None
+        return self._writer if isinstance(self._writer, RowWriter) else None
 
     def row_record(self, values: Sequence[object]) -> dict[str, object]:
         """One row image (rowcodec values in column order) as a ``Value`` record."""

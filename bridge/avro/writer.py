@@ -39,7 +39,7 @@ union                     a datum matching a branch, first match in order;
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -59,7 +59,10 @@ from bridge.avro.primitives import (
     write_string,
 )
 
-__all__ = ["Fallback", "Unsupported", "Write", "compile_writer"]
+__all__ = ["Fallback", "Sources", "Unsupported", "Write", "compile_writer"]
+
+# where each field of a record comes from in a tuple: (index in the tuple, converter or None)
+Sources = Sequence[tuple[int, Callable[[Any], object] | None]]
 
 
 class Unsupported(Exception):
@@ -406,12 +409,14 @@ def _inline(kind: str, indent: str) -> list[str]:
     return [indent + line for line in lines]
 
 
-def _record_writer(fields: list[tuple[str, Any, Write]]) -> Write:
+def _record_writer(fields: list[tuple[str, Any, Write]], sources: Sources | None = None) -> Write:
     """One generated function writing the fields in order: primitive fields and ``["null", primitive]``
     unions inlined, every other field through its compiled writer ``w<i>``.
 
-    A missing field raises KeyError: fastavro then fills in the field's default. The source is
-    built from fixed snippets and ``repr()`` of the field names only.
+    A missing field raises KeyError: fastavro then fills in the field's default. With ``sources``
+    (see :func:`compile_tuple_writer`) the datum is a tuple and field ``i`` is read from
+    ``value[sources[i][0]]`` and converted by ``sources[i][1]`` (``c<i>``). The source is built from
+    fixed snippets, ints and ``repr()`` of the field names only.
     """
     scope: dict[str, Any] = {
         "Fallback": Fallback,
@@ -419,18 +424,31 @@ def _record_writer(fields: list[tuple[str, Any, Write]]) -> Write:
         "pack_double": DOUBLE,
         "pack_float": FLOAT,
     }
-    lines = ["def write(out, value):", "    if type(value) is not dict:", "        raise Fallback"]
+    if sources is None:
+        lines = ["def write(out, value):", "    if type(value) is not dict:", "        raise Fallback"]
+    else:
+        width = max((index for index, _ in sources), default=-1) + 1
+        lines = ["def write(out, value):", f"    if type(value) is not tuple or len(value) < {width}:"]
+        lines.append("        raise Fallback")
     for i, (name, field_type, write_field) in enumerate(fields):
         scope[f"w{i}"] = write_field
+        if sources is None:
+            read = [f"    x = value[{name!r}]"]
+        else:
+            index, convert = sources[i]
+            read = [f"    x = value[{int(index)}]"]
+            if convert is not None:
+                scope[f"c{i}"] = convert
+                read += ["    if x is not None:", f"        x = c{i}(x)"]
         kind = _inline_kind(field_type)
         if kind is not None:
-            lines += [f"    x = value[{name!r}]", *_inline(kind, "    ")]
+            lines += [*read, *_inline(kind, "    ")]
             continue
         if isinstance(field_type, list) and len(field_type) == 2 and field_type[0] == "null":
             kind = _inline_kind(field_type[1])
             if kind is not None and kind != "null":
                 lines += [
-                    f"    x = value[{name!r}]",
+                    *read,
                     "    if x is None:",
                     "        out.append(0)",
                     "    elif type(x) is tuple:",  # union tuple notation: the union's own writer
@@ -440,7 +458,7 @@ def _record_writer(fields: list[tuple[str, Any, Write]]) -> Write:
                     *_inline(kind, "        "),
                 ]
                 continue
-        lines.append(f"    w{i}(out, value[{name!r}])")
+        lines += [*read, f"    w{i}(out, x)"]
     exec("\n".join(lines), scope)  # noqa: S102 - fixed snippets and repr() of field names only
     write: Write = scope["write"]
     return write

@@ -50,6 +50,8 @@ SINGLE_OBJECT_HEADER = 10  # 0xC3 0x01 + fingerprint (8 bytes)
 class Codec(Protocol):
     def encode(self, subject: str, schema: dict[str, Any], record: dict[str, Any] | None) -> bytes: ...
 
+    def compiled_header(self, subject: str, schema: dict[str, Any]) -> bytes | None: ...
+
 
 def header_length(config: KafkaSinkConfig) -> int:
     """The bytes of the framing before a message's Avro body."""
@@ -105,6 +107,21 @@ class Encoder:
             # the place is named only on failure: formatting it per message cost a share of every row
             place = f"kafka sink: commit_ts {commit_ts}: table {table_name(table) if table else where}"
             _raise_translated(exc, subject, place)
+            raise
+
+    def header(
+        self, subject: str, schema: dict[str, Any], commit_ts: int, table: row_pb2.TableSchema
+    ) -> bytes | None:
+        """The framing of ``schema``'s bodies under ``subject`` for a caller that writes the bodies
+        itself (registered/published now if not yet), or None: :meth:`encode` writes that schema.
+        Errors as :meth:`encode`'s."""
+        assert self._codec is not None
+        try:
+            return self._codec.compiled_header(subject, schema)
+        except SinkError:
+            raise
+        except Exception as exc:
+            _raise_translated(exc, subject, f"kafka sink: commit_ts {commit_ts}: table {table_name(table)}")
             raise
 
 

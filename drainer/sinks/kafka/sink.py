@@ -33,6 +33,7 @@ How it works:
 The parts: :mod:`~drainer.sinks.kafka.config` (settings),
 :mod:`~drainer.sinks.kafka.topics` (names, creation, partitions),
 :mod:`~drainer.sinks.kafka.encoding` (Avro, both framings),
+:mod:`~drainer.sinks.kafka.rows` (a row change's key and value),
 :mod:`~drainer.sinks.kafka.producer` (producing, reports; the acknowledged position is
 :mod:`bridge.sink.acks`'s),
 :mod:`~drainer.sinks.kafka.watermarks`, :mod:`~drainer.sinks.kafka.metrics`;
@@ -44,14 +45,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Message
 from confluent_kafka.schema_registry import SchemaRegistryClient
 
-from bridge.avro import DDL_SCHEMA, TableAvro, ddl_record, source_record
+from bridge.avro import DDL_SCHEMA, ENVELOPE_OPS, ddl_record
 from bridge.kafkaclient import redact_url
 from bridge.proto import row_pb2
 from bridge.schema import table_name
@@ -60,11 +60,11 @@ from bridge.sink.batching import Warnings
 from bridge.sink.contract import Sink, SinkContext
 from bridge.sink.errors import SinkApplyError, SinkUnavailable
 from bridge.sink.events import DDLEvent, Event, ResolvedEvent, RowChange, TxnEvent
-from bridge.tso import physical_ms
 from drainer.sinks.kafka import metrics
 from drainer.sinks.kafka.config import admin_settings, load_config, producer_settings
 from drainer.sinks.kafka.encoding import Encoder, SchemaPublisher, header_length
 from drainer.sinks.kafka.producer import Headers, ProducerLink, message_size
+from drainer.sinks.kafka.rows import COMMIT_TS, POS, ROW_KIND, Table, Txn, encode_row, source_of
 from drainer.sinks.kafka.topics import TableTopics, TopicAdmin, TopicNames, TopicSpec
 from drainer.sinks.kafka.watermarks import Watermarks
 
@@ -75,25 +75,6 @@ Change = row_pb2.SchemaChange
 # Kept forever: a consumer reading from the beginning replays every DDL (docs/consume.md).
 DDL_TOPIC = {"retention.ms": "-1"}
 _TABLE_AFTER = (Change.CREATE_TABLE, Change.RENAME_TABLE, Change.ALTER_TABLE, Change.TRUNCATE_TABLE)
-
-
-@dataclass(frozen=True, slots=True)
-class _Txn:
-    """What the messages of one transaction share."""
-
-    event: TxnEvent
-    ts_ms: int
-    commit_ts_header: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class _Table:
-    """What the messages of one table in one transaction share."""
-
-    avro: TableAvro
-    topic: str
-    key_subject: str
-    value_subject: str
 
 
 def _with_last(changes: Iterator[RowChange]) -> Iterator[tuple[RowChange, bool]]:
@@ -276,59 +257,36 @@ class KafkaSink(Sink):
 
     def _write_txn(self, event: TxnEvent) -> None:
         with self.link.batch_of(event.commit_ts, "transaction") as batch:
-            txn = _Txn(event, physical_ms(event.commit_ts), str(event.commit_ts).encode())
+            txn = Txn.of(event)
             schema = None
-            table: _Table | None = None
+            table: Table | None = None
             for pos, (change, last) in enumerate(_with_last(event.changes())):
                 if change.table is not schema:
                     schema = change.table
                     batch.table = table_name(schema)
-                    table = self._table(schema, event.commit_ts)
+                    table = Table.of(schema, txn, self.topics, self.encoder, self.cluster_id)
                 assert table is not None
                 self._write_change(txn, table, change, pos, last)
 
-    def _table(self, schema: row_pb2.TableSchema, commit_ts: int) -> _Table:
-        """What the messages of one table in one transaction share."""
-        topic = self.topics.topic(schema.db, schema.table, commit_ts)
-        return _Table(self.encoder.table_avro(schema), topic, f"{topic}-key", f"{topic}-value")
-
-    def _write_change(self, txn: _Txn, table: _Table, change: RowChange, pos: int, last: bool) -> None:
-        event, ts_ms = txn.event, txn.ts_ms
+    def _write_change(self, txn: Txn, table: Table, change: RowChange, pos: int, last: bool) -> None:
+        event = txn.event
         schema = change.table
         avro, topic = table.avro, table.topic
         image = change.after if change.after is not None else change.before
         assert image is not None
-        key_record = avro.key_record(image)
-        key = None
-        if avro.key_schema is not None:
-            key = self.encoder.encode(table.key_subject, avro.key_schema, key_record, event.commit_ts, schema)
-        source = source_record(
-            cluster_id=self.cluster_id,
-            db=schema.db,
-            table=schema.table,
-            start_ts=event.start_ts,
-            commit_ts=event.commit_ts,
-            pos=pos,
-            last=last,
-        )
-        envelope = avro.envelope(
-            change.kind, change.before, change.after, source, ts_ms, snapshot=change.snapshot
-        )
-        value = self.encoder.encode(table.value_subject, avro.value_schema, envelope, event.commit_ts, schema)
+        key, value = encode_row(self.encoder, txn, table, change, image, pos, last, self.cluster_id)
         partition = self.topics.partition(topic, schema.db, schema.table, key, event.commit_ts)
-        headers: Headers = [
-            ("bridge.kind", b"row"),
-            ("bridge.commit-ts", txn.commit_ts_header),
-            ("bridge.pos", str(pos).encode()),
-        ]
-        size = message_size(key, value, headers)
+        pos_header = str(pos).encode()
+        headers: Headers = [ROW_KIND, (COMMIT_TS, txn.commit_ts_header), (POS, pos_header)]
+        size = (0 if key is None else len(key)) + len(value) + txn.header_bytes + len(pos_header)
         if size > self.config.max_message_bytes:
+            op = ENVELOPE_OPS[change.kind]
             key_only = {
                 "before": None,
                 "after": None,
-                "op": envelope["op"],
-                "source": source,
-                "ts_ms": ts_ms,
+                "op": "r" if change.snapshot and op == "c" else op,
+                "source": source_of(txn, change, pos, last, self.cluster_id),
+                "ts_ms": txn.ts_ms,
             }
             value = self._oversize(topic, schema, event.commit_ts, change.kind, size, key, key_only)
             headers.append(("bridge.oversize", b"1"))
@@ -342,7 +300,7 @@ class KafkaSink(Sink):
             )
         elif change.kind == "update" and change.before is not None:
             old_record = avro.key_record(change.before)
-            if old_record != key_record:  # the key changed: the old key is gone
+            if old_record != avro.key_record(image):  # the key changed: the old key is gone
                 old_key = self.encoder.encode(
                     f"{topic}-key", avro.key_schema or {}, old_record, event.commit_ts, schema
                 )
