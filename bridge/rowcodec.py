@@ -25,7 +25,8 @@ An update is the pair (old image, new image): :meth:`RowCodec.encode_update`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import functools
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from google.protobuf.message import DecodeError
@@ -59,6 +60,7 @@ class RowCodec:
     __slots__ = (
         "_converters",
         "_encoders",
+        "_fast",
         "_header",
         "_ids",
         "_kinds",
@@ -94,6 +96,7 @@ class RowCodec:
         # column_ids is the same for every row, so serialize it once; the
         # concatenation of two serialized messages is their merge.
         self._header = _Row(column_ids=self._ids).SerializeToString()
+        self._fast: Callable[[Sequence[Any]], tuple[object, ...]] | None = None  # on first decode
 
     @property
     def column_names(self) -> tuple[str, ...]:
@@ -148,6 +151,16 @@ class RowCodec:
         row of this table.
         """
         datums = self._datums(data)
+        fast = self._fast
+        if fast is None:
+            fast = self._fast = self._unrolled()
+        try:
+            return fast(datums)
+        except (ProtocolError, ValueError, ArithmeticError):
+            return self._decode_datums(datums)  # raises the error that names the column
+
+    def _decode_datums(self, datums: Sequence[Any]) -> tuple[object, ...]:
+        """:meth:`decode` of parsed datums, column by column (the reference of :meth:`_unrolled`)."""
         out: list[object] = []
         append = out.append
         label = ""
@@ -172,6 +185,48 @@ class RowCodec:
         except (ValueError, ArithmeticError) as exc:
             raise ProtocolError(f"{label}: invalid value in the row image: {exc}") from None
         return tuple(out)
+
+    def _unrolled(self) -> Callable[[Sequence[Any]], tuple[object, ...]]:
+        """:meth:`_decode_datums` as one generated function without the per-column loop: each
+        column's field read by name and converted; an unset scalar (a falsy read: 0, "", NULL) or
+        a message field goes through :meth:`_column`. It raises where the reference would (the
+        caller then runs the reference for its error). The source is built from fixed snippets,
+        ints and the Datum field names of the plans (protobuf identifiers)."""
+        scope: dict[str, Any] = {}
+        lines = ["def decode(datums):"]
+        names = []
+        for i, (kind, scalar, convert) in enumerate(
+            zip(self._kinds, self._scalar, self._converters, strict=True)
+        ):
+            if not kind.isidentifier():
+                raise ValueError(f"Datum field {kind!r}")
+            scope[f"s{i}"] = functools.partial(self._column, i)
+            names.append(f"a{i}")
+            if not scalar:
+                lines.append(f"    a{i} = s{i}(datums[{i}])")
+                continue
+            lines += [f"    d = datums[{i}]", f"    x = d.{kind}"]
+            if convert is None:
+                lines.append(f"    a{i} = x if x else s{i}(d)")
+            else:
+                scope[f"c{i}"] = convert
+                lines.append(f"    a{i} = c{i}(x) if x else s{i}(d)")
+        lines.append(f"    return ({', '.join(names)}{',' if len(names) == 1 else ''})")
+        exec("\n".join(lines), scope)  # noqa: S102 - fixed snippets, ints and protobuf field names
+        decode: Callable[[Sequence[Any]], tuple[object, ...]] = scope["decode"]
+        return decode
+
+    def _column(self, i: int, datum: Any) -> object:
+        """Column ``i``'s value when its scalar read was falsy or it is a message field."""
+        kind = self._kinds[i]
+        got = datum.WhichOneof("value")
+        if got == kind:
+            value = getattr(datum, kind)
+            convert = self._converters[i]
+            return value if convert is None else convert(value)
+        if got == "is_null" and self._nullable[i] and datum.is_null:
+            return None
+        raise ProtocolError(f"{self._labels[i]}: expected {kind} in the row image, found {got or 'no value'}")
 
     def decode_sparse(self, data: bytes, positions: Sequence[int]) -> list[object]:
         """One entry per column, only those at ``positions`` decoded (as :meth:`decode` gives them),
