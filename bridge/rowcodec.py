@@ -188,10 +188,10 @@ class RowCodec:
 
     def _unrolled(self) -> Callable[[Sequence[Any]], tuple[object, ...]]:
         """:meth:`_decode_datums` as one generated function without the per-column loop: each
-        column's field read by name and converted; an unset scalar (a falsy read: 0, "", NULL) or
-        a message field goes through :meth:`_column`. It raises where the reference would (the
-        caller then runs the reference for its error). The source is built from fixed snippets,
-        ints and the Datum field names of the plans (protobuf identifiers)."""
+        column's field read by name and converted; NULL in a nullable column is None; another
+        falsy scalar read (0, "", no value) or a message field goes through :meth:`_column`. It
+        raises where the reference would (the caller then runs the reference for its error). The
+        source is built from fixed snippets, ints and the plans' Datum field names (identifiers)."""
         scope: dict[str, Any] = {}
         lines = ["def decode(datums):"]
         names = []
@@ -206,11 +206,13 @@ class RowCodec:
                 lines.append(f"    a{i} = s{i}(datums[{i}])")
                 continue
             lines += [f"    d = datums[{i}]", f"    x = d.{kind}"]
+            # a set is_null proves the oneof holds it: NULL, in a nullable column
+            other = f"(None if d.is_null else s{i}(d))" if self._nullable[i] else f"s{i}(d)"
             if convert is None:
-                lines.append(f"    a{i} = x if x else s{i}(d)")
+                lines.append(f"    a{i} = x if x else {other}")
             else:
                 scope[f"c{i}"] = convert
-                lines.append(f"    a{i} = c{i}(x) if x else s{i}(d)")
+                lines.append(f"    a{i} = c{i}(x) if x else {other}")
         lines.append(f"    return ({', '.join(names)}{',' if len(names) == 1 else ''})")
         exec("\n".join(lines), scope)  # noqa: S102 - fixed snippets, ints and protobuf field names
         decode: Callable[[Sequence[Any]], tuple[object, ...]] = scope["decode"]

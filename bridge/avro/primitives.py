@@ -106,8 +106,21 @@ def decimal_writer(precision: int, scale: int) -> Write:
             return
         if type(value) is not Decimal:
             raise Fallback
-        _, digits, exponent = value.as_tuple()
-        if not isinstance(exponent, int) or len(digits) > precision or exponent + scale < 0:
+        # A Decimal's text without an exponent is its digits and its exponent (as_tuple's, cheaper
+        # to get): the coefficient's digits with a point before the last -exponent of them.
+        text = str(value)
+        whole, _, fraction = text.partition(".")
+        digits = whole + fraction
+        if "E" not in text and digits.lstrip("-").isdigit() and len(fraction) <= scale:
+            if len(digits.lstrip("-0") or "0") > precision:
+                raise Fallback  # too many digits: fastavro raises
+            unscaled = int(digits) * 10 ** (scale - len(fraction))
+            data = unscaled.to_bytes((abs(unscaled).bit_length() + 8) // 8, "big", signed=True)
+            varint(out, len(data))
+            out += data
+            return
+        _, digits_, exponent = value.as_tuple()
+        if not isinstance(exponent, int) or len(digits_) > precision or exponent + scale < 0:
             raise Fallback  # NaN/Infinity, too many digits, or a finer scale: fastavro raises
         unscaled = int(value.scaleb(scale, _EXACT))
         data = unscaled.to_bytes((abs(unscaled).bit_length() + 8) // 8, "big", signed=True)
@@ -115,6 +128,20 @@ def decimal_writer(precision: int, scale: int) -> Write:
         out += data
 
     return write
+
+
+def decimal_branch(schema: Any) -> Write | None:
+    """The writer of ``schema`` if it is a ``bytes`` decimal with int precision and scale, else None."""
+    if (
+        not isinstance(schema, dict)
+        or schema.get("type") != "bytes"
+        or schema.get("logicalType") != "decimal"
+    ):
+        return None
+    precision, scale = schema.get("precision"), schema.get("scale", 0)
+    if type(precision) is not int or type(scale) is not int:
+        return None
+    return decimal_writer(precision, scale)
 
 
 PRIMITIVE_WRITERS: dict[str, Write] = {

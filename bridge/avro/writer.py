@@ -54,6 +54,7 @@ from bridge.avro.primitives import (
     PRIMITIVES,
     Fallback,
     Write,
+    decimal_branch,
     decimal_writer,
     varint,
     write_string,
@@ -456,6 +457,17 @@ def _record_writer(fields: list[tuple[str, Any, Write]], sources: Sources | None
                     "    else:",
                     "        out.append(2)",
                     *_inline(kind, "        "),
+                ]
+                continue
+            branch = decimal_branch(field_type[1])
+            if branch is not None:  # the other branch's writer called directly, not through the union's
+                scope[f"v{i}"] = branch
+                lines += [*read, "    if x is None:", "        out.append(0)", "    elif type(x) is tuple:"]
+                lines += [
+                    f"        w{i}(out, x)",
+                    "    else:",
+                    "        out.append(2)",
+                    f"        v{i}(out, x)",
                 ]
                 continue
         lines += [*read, f"    w{i}(out, x)"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import math
+import random
 from datetime import UTC, date, datetime
 from decimal import Decimal
 from typing import Any
@@ -264,3 +265,33 @@ def test_inlined_record_fields_are_byte_identical() -> None:
     del datum["p_int"]
     with pytest.raises(KeyError):
         compiled(schema, datum)
+
+
+@pytest.mark.parametrize(("precision", "scale"), [(12, 2), (20, 0), (65, 30), (5, 5), (1, 0), (40, 10)])
+def test_random_decimals_are_fastavros_bytes_or_fall_back_where_fastavro_refuses(
+    precision: int, scale: int
+) -> None:
+    """The writer reads a Decimal's digits and exponent from its text where it has no exponent
+    part, and from as_tuple() otherwise: both must be fastavro's (or refuse what it refuses)."""
+    rng = random.Random(precision * 100 + scale)
+    texts = ["-0.00", "0E-5", "0E+2", "-0", "1E-7", "0.0000001", "NaN", "-Infinity", "sNaN", "1.005"]
+    for _ in range(400):
+        digits = "".join(rng.choice("0123456789") for _ in range(rng.randint(1, precision + 2)))
+        sign = rng.choice(["", "-"])
+        texts.append(f"{sign}{digits}E{rng.randint(-scale - 2, 3)}")
+        texts.append(str(Decimal(sign + digits).scaleb(-rng.randint(0, scale + 1))))
+    schema = {"type": "bytes", "logicalType": "decimal", "precision": precision, "scale": scale}
+    write = compile_writer(["null", schema])
+    for text in texts:
+        value = Decimal(text)
+        try:
+            expected: bytes | None = reference(["null", schema], value)
+        except (ValueError, TypeError, ArithmeticError):
+            expected = None
+        out = bytearray()
+        if expected is None:
+            with pytest.raises(Fallback):
+                write(out, value)
+        else:
+            write(out, value)
+            assert bytes(out) == expected, text
