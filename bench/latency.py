@@ -36,9 +36,10 @@ The run's database and topic are dropped at the end.
 
 ``budget``: CPU µs per row of every process (this one split into the producer
 and the measuring watchers, meta, each pump, the drainer, MariaDB, the broker)
-and calls, stream messages and fsyncs per second and per 1,000 rows, from the
-first offered transaction until every row arrived, with ``during_load`` (the
-load alone) and ``idle_pct_core`` (2 s before it); see :class:`bench.cpu.Budget`.
+and calls, stream messages, fsyncs and Kafka produce requests (librdkafka's
+statistics, every second) per second and per 1,000 rows, from the first offered
+transaction until every row arrived, with ``during_load`` (the load alone) and
+``idle_pct_core`` (2 s before it); see :class:`bench.cpu.Budget`.
 ``--sweep`` searches the highest rate each sink set keeps up with
 (:mod:`bench.latency_sweep`).
 """
@@ -112,6 +113,10 @@ KAFKA_SINK = """\
 bootstrap-servers = "{bootstrap}"
 prefix = "{prefix}"
 partitions = {partitions}
+
+[sink.kafka.producer]
+# the budget's produce requests come from librdkafka's statistics: every second, not every 5 s
+"statistics.interval.ms" = 1000
 """
 
 
@@ -236,6 +241,9 @@ def make_budget(run: Run, watchers: list[Watcher], pump_statuses: list[str], dra
             "bridge_drainer_pulled_messages_total"
         ),
     }
+    if "kafka" in run.sinks:
+        name = "bridge_sink_kafka_produce_requests_total"
+        counters["kafka_produce_requests"] = lambda: scrape(drainer, [name]).get(name)
     if "mysql" in run.sinks:
         counters["mariadb_fsyncs (server-wide)"] = lambda: mysql_status(
             run, "Innodb_data_fsyncs", "Innodb_os_log_fsyncs"

@@ -35,6 +35,11 @@ PRODUCER_RETRIES = Counter(
     "bridge_sink_kafka_producer_retries_total",
     "Produce requests librdkafka retried on its own (from its statistics, all brokers)",
 )
+PRODUCE_REQUESTS = Counter(
+    "bridge_sink_kafka_produce_requests_total",
+    "Produce requests sent to the brokers (from librdkafka's statistics, all brokers; updated every "
+    "statistics.interval.ms, 5 s unless sink.kafka.producer sets it)",
+)
 FLUSH_FAILURES = Counter(
     "bridge_sink_kafka_flush_failures_total",
     "Flushes that failed; the drainer then writes every unflushed event again",

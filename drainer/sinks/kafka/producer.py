@@ -118,6 +118,7 @@ class ProducerLink:
         self.sent_at_once = 0  # writes sent without lingering (see sent)
         self.pace = Pace(config.linger, FILL_MESSAGES)
         self._retries_seen = 0
+        self._requests_seen = 0  # Produce requests the statistics counted so far (see _on_stats)
         self._counted: dict[tuple[str, str], Any] = {}
         self._bytes: dict[str, Any] = {}
         self._tally: dict[tuple[str, str], list[int]] = {}  # acknowledged messages, bytes: see count
@@ -392,10 +393,15 @@ class ProducerLink:
 
     def _on_stats(self, stats_json: str) -> None:
         try:
-            stats = json.loads(stats_json)
-            retries = sum(int(b.get("txretries", 0)) for b in stats.get("brokers", {}).values())
+            brokers = json.loads(stats_json).get("brokers", {}).values()
+            retries = sum(int(b.get("txretries", 0)) for b in brokers)
+            requests = sum(int(b.get("req", {}).get("Produce", 0)) for b in brokers)
         except (ValueError, TypeError, AttributeError):
             return
         if retries > self._retries_seen:
             metrics.PRODUCER_RETRIES.inc(retries - self._retries_seen)
         self._retries_seen = retries
+        if requests < self._requests_seen:  # a new producer counts from 0
+            self._requests_seen = 0
+        metrics.PRODUCE_REQUESTS.inc(requests - self._requests_seen)
+        self._requests_seen = requests
