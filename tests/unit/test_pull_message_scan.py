@@ -78,3 +78,22 @@ def test_bad_large_entities_are_protocol_errors_naming_the_pump() -> None:
         message_items(raw(entity(pulled_commit(100, 105, BIG)))[:-3], "p7")  # truncated
     with pytest.raises(ProtocolError, match="pump p7: stream message is not a PullBinlogResp"):
         message_items(b"\x0a\xff\xff", "p7")
+
+
+def test_a_large_message_of_small_entities_parses_each_and_refuses_a_bad_one() -> None:
+    entities = [
+        entity(pulled_commit(100 + 2 * n, 101 + 2 * n, 700), with_meta=n % 2 == 0) for n in range(120)
+    ]
+    response = pump_pb2.PullBinlogResp(entities=[*entities, entity(fake_binlog(400))])
+    raw = response.SerializeToString()
+    assert len(raw) > SCAN_FROM_BYTES and all(e.ByteSize() < SCAN_FROM_BYTES for e in response.entities)
+    assert message_items(raw, "p") == response_items(response, "p")
+    # an entity whose bytes are not an Entity (a field of wire type 7), inside a large message
+    bad = raw + b"\x12\x02\x0f\x00"
+    with pytest.raises(ProtocolError, match="pump p7: stream message entity is not an Entity"):
+        message_items(bad, "p7")
+    broken = entity(pulled_commit(500, 501))
+    broken.checksum = b"\0\0\0\0"
+    response.entities.append(broken)
+    with pytest.raises(ProtocolError, match=r"pump p7: .*checksum"):
+        message_items(response.SerializeToString(), "p7")
