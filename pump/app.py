@@ -67,8 +67,10 @@ def print_ready(line: str) -> None:
 
 
 class FakeBinlogTicker:
-    """Writes a fake binlog with a fresh timestamp every ``interval`` seconds
-    while the node is not OFFLINE; refreshes the storage gauges each time."""
+    """Writes a fake binlog with a fresh timestamp every ``interval`` seconds while the node is not
+    OFFLINE and took no binlog since the last tick (as the seeds' pump: a pump that is written to is
+    not idle, even while the commits it takes are older than its last fake binlog, as they are when
+    the producers lag behind the timestamps they got); refreshes the storage gauges each time."""
 
     def __init__(self, meta: MetaClient, storage: Storage, node: PumpNode, interval: float) -> None:
         self._meta = meta
@@ -76,6 +78,8 @@ class FakeBinlogTicker:
         self._node = node
         self._interval = interval
         self._last_error_log = 0.0
+        self._seen = storage.max_commit_ts  # the highest commit_ts or fake ts at the last tick
+        self._written = storage.records_written  # the binlogs the storage had taken at the last tick
 
     async def write_one(self) -> int:
         """Write one fake binlog durably; returns its ts."""
@@ -85,19 +89,26 @@ class FakeBinlogTicker:
         return ts
 
     async def run(self) -> None:
-        seen = self._storage.max_commit_ts
         while True:
             await asyncio.sleep(self._interval)
-            latest = self._storage.max_commit_ts
-            if latest > seen:  # real commits came since the last tick: not idle
-                seen = latest
-            elif self._node.state is not PumpState.OFFLINE:
-                try:
-                    seen = max(await self.write_one(), self._storage.max_commit_ts)
-                except (MetaError, StorageError) as exc:
-                    self._report(exc)
-            metrics.STORAGE_BYTES.set(self._storage.size_bytes)
-            metrics.GC_TS.set(self._storage.gc_ts)
+            await self.tick()
+
+    async def tick(self) -> bool:
+        """One tick: a fake binlog unless binlogs came since the last tick; whether one was written."""
+        latest, storage = self._storage.max_commit_ts, self._storage
+        wrote = False
+        if latest > self._seen or storage.records_written > self._written:  # binlogs came: not idle
+            self._seen = max(self._seen, latest)
+        elif self._node.state is not PumpState.OFFLINE:
+            try:
+                self._seen = max(await self.write_one(), storage.max_commit_ts)
+                wrote = True
+            except (MetaError, StorageError) as exc:
+                self._report(exc)
+        self._written = storage.records_written  # its own fake binlog included
+        metrics.STORAGE_BYTES.set(storage.size_bytes)
+        metrics.GC_TS.set(storage.gc_ts)
+        return wrote
 
     def _report(self, exc: Exception) -> None:
         metrics.WRITES.labels("fake", "error").inc()

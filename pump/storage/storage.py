@@ -390,6 +390,11 @@ class Storage:
         return self._gc_ts
 
     @property
+    def records_written(self) -> int:
+        """Binlogs (fake ones included) the value log has taken since the storage opened."""
+        return self._writer.records
+
+    @property
     def size_bytes(self) -> int:
         """Bytes of the value log (the index is a small fraction of it)."""
         return self._vlog.size_bytes
