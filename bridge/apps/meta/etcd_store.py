@@ -116,7 +116,7 @@ class EtcdStore:
         self._leader_addr = ""
         self._etcd_ok = True
         self._opened = False
-        self._closing: set[asyncio.Task[None]] = set()
+        self._retiring: dict[asyncio.Task[None], Any] = {}  # old channels, closed a little later
 
     @property
     def url(self) -> str:
@@ -138,8 +138,9 @@ class EtcdStore:
             raise StoreError(f"etcd {url}: {what} failed: {detail}") from exc
 
     async def _next_endpoint(self) -> None:
-        """Switch to the next URL of ``urls``. The old channel is closed in the background:
-        calls still in flight on it fail (and raise), they do not move the store again."""
+        """Switch to the next URL of ``urls``. The old channel is closed once the calls still
+        in flight on it have timed out (closing it at once would cancel them, and a cancelled
+        call is not an error the callers expect); they do not move the store again."""
         if len(self._urls) < 2:
             return
         old = self._client
@@ -148,14 +149,17 @@ class EtcdStore:
         self._url = f"{self._scheme}://{host}:{port}"
         self._client = _etcd_client(host, port, self._rpc_timeout, self._tls)
         log.warning("etcd: the next calls go to %s", self._url)
-        task = asyncio.create_task(old.close(), name="etcd-close-old-channel")
-        self._closing.add(task)
-        task.add_done_callback(self._closed)
+        task = asyncio.create_task(self._retire(old), name="etcd-close-old-channel")
+        self._retiring[task] = old
 
-    def _closed(self, task: asyncio.Task[None]) -> None:
-        self._closing.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.debug("closing the old etcd channel: %s", task.exception())
+    async def _retire(self, client: Any) -> None:
+        await asyncio.sleep(self._rpc_timeout + 2)
+        try:
+            await client.close()
+        except _ETCD_ERRORS as exc:  # the channel is gone either way
+            log.debug("closing the old etcd channel: %s", exc)
+        finally:
+            self._retiring.pop(asyncio.current_task(), None)  # type: ignore[arg-type]
 
     async def open(self) -> int:
         errors: list[str] = []
@@ -202,6 +206,10 @@ class EtcdStore:
         await self._client.close()
         self._client = None
         self._opened = False
+        for task, client in list(self._retiring.items()):
+            task.cancel()
+            await client.close()
+        self._retiring.clear()
 
     # -- leadership ---------------------------------------------------------------
 
