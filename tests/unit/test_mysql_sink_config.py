@@ -77,4 +77,5 @@ def test_the_example_drainer_config_loads_and_builds_the_sink() -> None:
     config = config_from_dict(data)
     assert config.sink.types == ["mysql"] and config.checkpoint.type == "mysql"
     sink = MySQLSink(config.sink.tables["mysql"], Path(config.data_dir))
-    assert sink.config.read_timeout == 600.0 and sink.config.worker_count == 16
+    assert sink.config.read_timeout == 120.0 and sink.config.ddl_read_timeout == 3600.0
+    assert sink.config.worker_count == 16
