@@ -52,6 +52,7 @@ from bridge.apps.demo.workload import LoadProcess
 from bridge.meta.client import MetaClient
 from bridge.proto import meta_pb2
 from tests.e2e.test_pipeline import assert_replicated, run_load, wait_for, wait_for_transactions
+from tests.support.faults import storm
 from tests.support.process import discard
 from tests.support.tcp_proxy import TcpProxy, process_group
 
@@ -185,18 +186,15 @@ def test_drainer_to_pump_reset_storm(proxied: tuple[Cluster, TcpProxy, str]) -> 
     cluster, proxy, upstream = proxied
     resets: list[int] = []
 
-    def storm(cluster: Cluster, load: LoadProcess) -> None:
+    def fault(cluster: Cluster, load: LoadProcess) -> None:
         wait_for_transactions(cluster, load, 60)
         drainer = process_group(cluster.members["drainer"].process.pid)
-        deadline = time.monotonic() + STORM_SECONDS
-        while time.monotonic() < deadline:
-            resets.append(proxy.reset_all(clients=drainer))
-            time.sleep(STORM_EVERY)
+        storm(lambda: proxy.reset_all(clients=drainer), STORM_SECONDS, STORM_EVERY, resets)
         before = load.progress()
         assert before is not None
         wait_for_transactions(cluster, load, before.transactions + 60)
 
-    summary = run_load(cluster, upstream, seconds=60, fault=storm)
+    summary = run_load(cluster, upstream, seconds=60, fault=fault)
     log.warning("drainer-pump reset storm: %d connections reset; load %s", sum(resets), summary)
     assert sum(resets) > 0
     assert_replicated(cluster, upstream)

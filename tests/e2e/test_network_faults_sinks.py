@@ -43,6 +43,7 @@ from tests.e2e import test_redis_e2e as redis_e2e
 from tests.e2e.test_kafka_e2e import kafka_spec, replay_and_diff
 from tests.e2e.test_mysql_sink_e2e import pipeline as pipeline  # a fixture used here
 from tests.e2e.test_pipeline import run_load, wait_for, wait_for_transactions
+from tests.support.faults import storm
 from tests.support.process import discard, wait_until
 from tests.support.tansu import PrivateTansu
 from tests.support.tcp_proxy import TcpProxy
@@ -175,10 +176,7 @@ def reset_storm(proxy: TcpProxy, counts: list[int]) -> None:
     for STORM_SECONDS; the client must get through afterwards."""
     accepted = proxy.accepted
     wait_until(lambda: proxy.accepted > accepted, timeout=120, what="consume connecting", interval=0.01)
-    deadline = time.monotonic() + STORM_SECONDS
-    while time.monotonic() < deadline:
-        counts.append(proxy.reset_all())
-        time.sleep(STORM_EVERY)
+    storm(proxy.reset_all, STORM_SECONDS, STORM_EVERY, counts)
 
 
 def test_drainer_to_kafka_blackhole_and_consume_under_a_reset_storm(
