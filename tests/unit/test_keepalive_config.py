@@ -30,7 +30,7 @@ def test_defaults_are_10s_and_5s() -> None:
 @pytest.mark.parametrize("cls", [MetaConfig, PumpConfig, DrainerConfig, PumpClientConfig])
 def test_every_config_takes_a_keepalive_table(cls: type) -> None:
     base: dict[str, Any] = {"node-id": "n-1"} if cls in (PumpConfig, DrainerConfig) else {}
-    config = build(cls, {**base, "keepalive": {"time": "30s", "timeout": "500ms"}})
+    config: Any = build(cls, {**base, "keepalive": {"time": "30s", "timeout": "500ms"}})
     assert (config.keepalive.time, config.keepalive.timeout) == (30.0, 0.5)
     assert build(cls, base).keepalive == KeepaliveConfig()
     got = options(config.keepalive)
