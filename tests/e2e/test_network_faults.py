@@ -31,7 +31,8 @@ longer one) and the load has gone on past it. Timeouts are hang guards; the time
 
 CI cost of the three network fault modules (this one, test_network_faults_sinks.py and
 test_network_faults_etcd.py, 8 tests): 3 min 48 s wall, 96 s user + 26 s system CPU of the
-whole process tree, at load average 5-10 on the shared 2-core machine (2026-11-29); an earlier
+whole process tree, at load average 5-10 on the shared 2-core machine, and 6 min 14 s wall
+(118 s user + 32 s system) at load 18-20 (2026-11-29); the etcd test alone 21-31 s. An earlier
 run of 12 tests (with tests/integration/test_fault_proxy.py and test_pump_pull_cancel.py) took
 6 min 25 s at load 31-40.
 """

@@ -21,6 +21,9 @@ greater), and every timestamp a producer used (the upstream's start_ts → commi
 unique; after the heal the three pumps, the drainer and the registry read through each of the
 three etcd members agree on the membership. Skipping the heal (BRIDGE_FAULT_SKIP_HEAL=1) fails
 at "etcd-1 serving" (hang guard). Times are logged for docs/operations.md, never asserted.
+
+CI cost: 21-31 s (three etcd members, the cluster, a load of 10-15 s), at load average 5-20 on
+the shared 2-core machine (2026-11-29).
 """
 
 from __future__ import annotations
