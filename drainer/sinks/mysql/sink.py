@@ -104,7 +104,7 @@ class MySQLSink(BatchingSink):
         self._pool = WorkerPool(config.batch_rows, config.batch_updates)
         self._causality = Causality(config.worker_count)
         self._max_keys = max(1 << 18, config.worker_count * config.txn_rows * 4)
-        self._control = Control(self.settings, config.progress_schema)
+        self._control = Control(self.settings, config.progress_schema, config.ddl_read_timeout)
         self._forced_safe = False
         self._committed = 0  # every event at or below is committed downstream
         self._complete = 0  # every event at or below is dispatched (or applied, for DDL)
