@@ -14,6 +14,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
+from typing import cast
 
 from bridge.dsn import parse_dsn
 from bridge.producer import TxnWriter, open_upstream
@@ -54,7 +55,7 @@ class Mutator:
 
     def _plan(self) -> list[Callable[[Transaction], None]]:
         before, rng = self.before, self.rng
-        seeded = sorted(k[0] for k in before["load_orders"])
+        seeded = sorted(cast(int, k[0]) for k in before["load_orders"])  # load_orders' ids are ints
         orders = rng.sample(seeded, min(90, len(seeded)))  # a loaded machine may have written fewer
         slots = sorted(before["load_slots"].items())
         steps: list[Callable[[Transaction], None]] = []

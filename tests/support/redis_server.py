@@ -128,7 +128,7 @@ def delete(table: row_pb2.TableSchema, *before: object) -> RowChange:
 
 def ddl(
     commit_ts: int,
-    kind: int,
+    kind: row_pb2.SchemaChange.Kind,
     before: row_pb2.TableSchema | None,
     after: row_pb2.TableSchema | None,
     query: str = "",
