@@ -56,14 +56,14 @@ from bridge.kafkaclient import redact_url
 from bridge.proto import row_pb2
 from bridge.schema import table_name
 from bridge.sink.acks import AckTracker, Failure
-from bridge.sink.batching import Warnings
+from bridge.sink.batching import Warnings, metrics_for
 from bridge.sink.contract import Sink, SinkContext
 from bridge.sink.errors import SinkApplyError, SinkUnavailable
 from bridge.sink.events import DDLEvent, Event, ResolvedEvent, RowChange, TxnEvent
 from bridge.tso import physical_ms
-from drainer.sinks.kafka import metrics
 from drainer.sinks.kafka.config import admin_settings, load_config, producer_settings
 from drainer.sinks.kafka.encoding import Encoder, SchemaPublisher, header_length
+from drainer.sinks.kafka.metrics import KafkaMetrics
 from drainer.sinks.kafka.producer import Headers, ProducerLink, message_size
 from drainer.sinks.kafka.topics import TableTopics, TopicAdmin, TopicNames, TopicSpec
 from drainer.sinks.kafka.watermarks import Watermarks
@@ -169,6 +169,7 @@ class KafkaSink(Sink):
         super().open(context)
         resume_ts = context.resume_ts
         self.cluster_id = context.cluster_id
+        self.link.use_metrics(metrics_for(context.metrics_registry, KafkaMetrics))
         if not self.link.started:
             self.link.start()
         self.encoder.start()
@@ -214,7 +215,7 @@ class KafkaSink(Sink):
                 self._tracker.close(self._tracker.begin(event.commit_ts))
         link.sent(link.produced - produced)
         self.watermarks.publish(force=False)
-        metrics.QUEUE_MESSAGES.set(len(link.producer))
+        link.metrics.queue_messages.set(len(link.producer))
 
     def flush(self) -> int:
         link = self.link
@@ -222,7 +223,7 @@ class KafkaSink(Sink):
         started = time.monotonic()
         deadline = started + self.config.delivery_timeout + 30.0
         while link.serve(producer.flush, 1.0) > 0:
-            metrics.QUEUE_MESSAGES.set(len(producer))
+            link.metrics.queue_messages.set(len(producer))
             if link.fatal is not None:
                 break  # this producer delivers nothing more; a new one takes over below
             now = time.monotonic()
@@ -237,12 +238,12 @@ class KafkaSink(Sink):
                 now - started,
                 self._tracker.acked,
             )
-        metrics.QUEUE_MESSAGES.set(len(producer))
+        link.metrics.queue_messages.set(len(producer))
         failure = self._tracker.failure
         if failure is not None:
             self._failed_flush(failure)
         position = self._tracker.acked
-        metrics.ACKED_TS.set(position)
+        link.metrics.acked_ts.set(position)
         self.watermarks.publish(force=True)
         return position
 
@@ -253,7 +254,7 @@ class KafkaSink(Sink):
             self.link.replace()
         where = f"kafka sink: commit_ts {failure.commit_ts}: table {failure.table or '-'}"
         target = f" to {failure.where}" if failure.where else ""
-        metrics.FLUSH_FAILURES.labels(str(failure.retriable).lower()).inc()
+        self.link.metrics.flush_failures.labels(str(failure.retriable).lower()).inc()
         if not failure.retriable:
             raise SinkApplyError(f"{where}: delivery{target} refused: {failure.error}")
         raise SinkUnavailable(
