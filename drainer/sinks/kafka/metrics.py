@@ -11,62 +11,57 @@ librdkafka error name — never a key, a value or a timestamp. Rates
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry
+
+from bridge.sink.batching import SinkMetrics
 
 DELIVERY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 120.0)
 
 
-class KafkaMetrics:
+class KafkaMetrics(SinkMetrics):
     """The sink's metrics in one registry."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.messages = Counter(
+        super().__init__(registry)
+        self.messages = self.counter(
             "bridge_sink_kafka_messages_total",
             "Messages the brokers acknowledged, by topic and kind (row, tombstone, ddl, resolved, schema)",
-            ["topic", "kind"],
-            registry=registry,
+            "topic",
+            "kind",
         )
-        self.bytes = Counter(
+        self.bytes = self.counter(
             "bridge_sink_kafka_bytes_total",
             "Key + value + header bytes of the messages the brokers acknowledged, by topic",
-            ["topic"],
-            registry=registry,
+            "topic",
         )
-        self.delivery_seconds = Histogram(
+        self.delivery_seconds = self.histogram(
             "bridge_sink_kafka_delivery_seconds",
             "Seconds from producing a message to its delivery report (acknowledged or failed)",
-            buckets=DELIVERY_BUCKETS,
-            registry=registry,
+            DELIVERY_BUCKETS,
         )
-        self.delivery_errors = Counter(
+        self.delivery_errors = self.counter(
             "bridge_sink_kafka_delivery_errors_total",
             "Messages whose delivery failed, by librdkafka error name (e.g. _MSG_TIMED_OUT)",
-            ["error"],
-            registry=registry,
+            "error",
         )
-        self.producer_retries = Counter(
+        self.producer_retries = self.counter(
             "bridge_sink_kafka_producer_retries_total",
             "Produce requests librdkafka retried on its own (from its statistics, all brokers)",
-            registry=registry,
         )
-        self.flush_failures = Counter(
+        self.flush_failures = self.counter(
             "bridge_sink_kafka_flush_failures_total",
             "Flushes that failed; the drainer then writes every unflushed event again",
-            ["retriable"],
-            registry=registry,
+            "retriable",
         )
-        self.queue_messages = Gauge(
+        self.queue_messages = self.gauge(
             "bridge_sink_kafka_queue_messages",
             "Messages in the producer's queue: produced, not yet acknowledged or failed",
-            registry=registry,
         )
-        self.resolved_ts = Gauge(
+        self.resolved_ts = self.gauge(
             "bridge_sink_kafka_resolved_ts",
             "The last resolved-ts watermark published to every partition of every topic the sink knows",
-            registry=registry,
         )
-        self.acked_ts = Gauge(
+        self.acked_ts = self.gauge(
             "bridge_sink_kafka_acked_ts",
             "Highest commit_ts such that every message at or below it was acknowledged",
-            registry=registry,
         )

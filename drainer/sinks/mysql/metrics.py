@@ -18,7 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry
+
+from bridge.sink.batching import SinkMetrics
 
 
 class CounterLike(Protocol):
@@ -47,72 +49,63 @@ WORKER_COUNTERS = ("rows", "retries", "deadlocks")
 WORKER_HISTOGRAMS = ("statement_seconds", "batch_rows", "commit_seconds")
 
 
-class MySQLMetrics:
+class MySQLMetrics(SinkMetrics):
     """The sink's metrics in one registry."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        rows = Counter(
+        super().__init__(registry)
+        rows = self.counter(
             "bridge_sink_mysql_rows_total",
             "Row changes applied downstream (statements executed, not yet necessarily committed), "
             "by table (db.table) and kind (insert, update, delete)",
-            ["table", "kind"],
-            registry=registry,
+            "table",
+            "kind",
         )
-        batch_rows = Histogram(
+        batch_rows = self.histogram(
             "bridge_sink_mysql_batch_rows",
             "Row changes per statement batch (one multi-row statement or one multi-statement round trip)",
-            buckets=(1, 2, 5, 10, 50, 100, 250, 500, 1000, 5000),
-            registry=registry,
+            (1, 2, 5, 10, 50, 100, 250, 500, 1000, 5000),
         )
-        statement_seconds = Histogram(
+        statement_seconds = self.histogram(
             "bridge_sink_mysql_statement_seconds",
             "Time one statement batch took downstream (apply latency of a batch)",
-            buckets=(0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0),
-            registry=registry,
+            (0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0),
         )
-        commit_seconds = Histogram(
+        commit_seconds = self.histogram(
             "bridge_sink_mysql_commit_seconds",
             "Time one worker's COMMIT took",
-            buckets=(0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0),
-            registry=registry,
+            (0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0),
         )
-        self.flushes = Counter(
+        self.flushes = self.counter(
             "bridge_sink_mysql_flushes_total",
             "Times every worker was made to commit, by reason: flush (the drainer asked), conflict (a "
             "change's keys were held by two workers), ddl (before a DDL), keys (too many keys held)",
-            ["reason"],
-            registry=registry,
+            "reason",
         )
-        self.retries = Counter(
+        self.retries = self.counter(
             "bridge_sink_mysql_retries_total",
             "Retriable failures (deadlock, lock wait, lost connection...) by scope: worker (one worker "
             "applied its open transaction again), sink (every worker rolled back; the unflushed events "
             "are written again)",
-            ["scope"],
-            registry=registry,
+            "scope",
         )
-        deadlocks = Counter(
+        deadlocks = self.counter(
             "bridge_sink_mysql_deadlocks_total",
             "Deadlocks (error 1213) a worker met while applying; each cost a rollback and a retry of its "
             "open transaction (also counted in bridge_sink_mysql_retries_total)",
-            registry=registry,
         )
-        self.skipped = Counter(
+        self.skipped = self.counter(
             "bridge_sink_mysql_skipped_total",
             "Changes not applied because the downstream has them already: keyless rows and DDLs at or "
             "below the progress the sink recorded",
-            ["what"],
-            registry=registry,
+            "what",
         )
-        self.safe_mode = Gauge(
-            "bridge_sink_mysql_safe_mode",
-            "1 while the sink writes in safe mode (REPLACE, DELETE+REPLACE)",
-            registry=registry,
+        self.safe_mode = self.gauge(
+            "bridge_sink_mysql_safe_mode", "1 while the sink writes in safe mode (REPLACE, DELETE+REPLACE)"
         )
-        self.active_workers = Gauge(
+        self.active_workers = self.gauge(
             "bridge_sink_mysql_active_workers",
             "Workers new keys are spread over: as many as the last flush window gave batch-rows changes to",
-            registry=registry,
         )
         self.worker = WorkerMetrics(
             rows, self.retries, deadlocks, statement_seconds, batch_rows, commit_seconds
