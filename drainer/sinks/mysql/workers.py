@@ -43,9 +43,9 @@ import pymysql
 from bridge.mysql import timed_out
 from bridge.retry import Backoff
 from bridge.sink.errors import SinkApplyError, SinkError
-from drainer.sinks.mysql import metrics
 from drainer.sinks.mysql.batch import STATEMENT_BYTES, Batch, Unit, units
 from drainer.sinks.mysql.connection import ConnectSettings, close_quietly, timeout_error, translate_error
+from drainer.sinks.mysql.metrics import WorkerMetrics
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +92,7 @@ class Worker(threading.Thread):
         cluster_id: int,
         retry_max: float,
         stop: threading.Event,
+        metrics: WorkerMetrics,
         queue_size: int = 8,
     ) -> None:
         super().__init__(name=f"mysql-sink-worker-{number}", daemon=True)
@@ -101,6 +102,7 @@ class Worker(threading.Thread):
         self.txn_rows = txn_rows
         self.progress_sql = progress_sql
         self.cluster_id = cluster_id
+        self.metrics = metrics
         self.jobs: queue.Queue[Job | Barrier | None] = queue.Queue(maxsize=queue_size)
         self.error: SinkError | None = None
         self.conn: Any = None
@@ -195,9 +197,9 @@ class Worker(threading.Thread):
                     self._pending = 0
                     return
                 attempt += 1
-                metrics.RETRIES.labels("worker").inc()
+                self.metrics.retries.labels("worker").inc()
                 if _is_deadlock(failed.__cause__):
-                    metrics.DEADLOCKS.inc()
+                    self.metrics.deadlocks.inc()
                 log.info(
                     "%s; worker %d applies its %d uncommitted changes again (attempt %d)",
                     error,
@@ -216,11 +218,12 @@ class Worker(threading.Thread):
         self._failing = None
         try:
             conn = self._connection()
+            rows = self.metrics.rows
             with conn.cursor() as cur:
                 for unit in held[start:]:
                     self._run_unit(cur, unit)
                     for (table, kind), count in unit.counts.items():
-                        metrics.ROWS.labels(table, kind).inc(count)
+                        rows.labels(table, kind).inc(count)
                     index += 1
                     self._pending += unit.ops
                     self._high_ts = max(self._high_ts, unit.high_ts)
@@ -286,9 +289,10 @@ class Worker(threading.Thread):
         while cur.nextset():  # nothing is left; kept so a miscount can never leave a result unread
             pass
         self._failing = None
-        metrics.STATEMENT_SECONDS.observe(time.perf_counter() - started)
+        self.metrics.statement_seconds.observe(time.perf_counter() - started)
+        batch_rows = self.metrics.batch_rows
         for batch in batches:
-            metrics.BATCH_ROWS.observe(batch.rows)
+            batch_rows.observe(batch.rows)
 
     def _commit(self, conn: Any) -> None:
         """The progress row and COMMIT in one round trip; nothing when nothing was applied since the
@@ -304,7 +308,7 @@ class Worker(threading.Thread):
             while cur.nextset():
                 pass
         self._pending = 0
-        metrics.COMMIT_SECONDS.observe(time.perf_counter() - started)
+        self.metrics.commit_seconds.observe(time.perf_counter() - started)
 
     def _commit_barrier(self) -> SinkError | None:
         if self.error is not None:
