@@ -349,7 +349,7 @@ def mutation_problem(mutation: binlog_pb2.TableMutation) -> str | None:
 class Change(NamedTuple):
     """One row change of a TableMutation: ``before`` is None for an insert, ``after`` for a delete."""
 
-    kind: int
+    kind: MutationType
     before: bytes | None
     after: bytes | None
 

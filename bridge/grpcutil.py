@@ -51,9 +51,80 @@ def _read(path: str) -> bytes | None:
 
 KEEPALIVE_TIME_MS = 10_000
 KEEPALIVE_TIMEOUT_MS = 5_000
+KEEPALIVE_TIME_RANGE = (1.0, 7200.0)  # seconds
+KEEPALIVE_TIMEOUT_RANGE = (0.1, 600.0)
 
 
-def channel_options(max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> list[tuple[str, Any]]:
+@dataclass
+class KeepaliveConfig:
+    """HTTP/2 keepalive pings on every gRPC connection: a half-open link fails its calls.
+
+    Each connection this process opens or accepts is pinged every ``time``; a peer gone
+    without a FIN or RST, or a middlebox that drops packets, is noticed when a ping is not
+    answered within ``timeout``, and the calls on that connection fail with UNAVAILABLE
+    instead of hanging."""
+
+    section = "keepalive"
+
+    time: float = field(
+        default=KEEPALIVE_TIME_MS / 1000,
+        metadata={
+            "duration": True,
+            "help": "a ping every this long on each connection, idle or busy (1s..2h)",
+        },
+    )
+    timeout: float = field(
+        default=KEEPALIVE_TIMEOUT_MS / 1000,
+        metadata={
+            "duration": True,
+            "help": "the connection is dropped when a ping is not answered within this (100ms..10m); "
+            "a blackholed peer is noticed after at most time + timeout",
+        },
+    )
+
+    def validate(self) -> None:
+        for key, value, (low, high) in (
+            ("time", self.time, KEEPALIVE_TIME_RANGE),
+            ("timeout", self.timeout, KEEPALIVE_TIMEOUT_RANGE),
+        ):
+            if not low <= value <= high:
+                raise ConfigError(
+                    f"{self.section}.{key}: expected {_seconds(low)}..{_seconds(high)}, got {_seconds(value)}"
+                )
+
+    @property
+    def time_ms(self) -> int:
+        return round(self.time * 1000)
+
+    @property
+    def timeout_ms(self) -> int:
+        return round(self.timeout * 1000)
+
+
+def _seconds(value: float) -> str:
+    return f"{value * 1000:g}ms" if value < 1 else f"{value:g}s"
+
+
+_process_keepalive = KeepaliveConfig()
+
+
+def use_keepalive(config: KeepaliveConfig) -> None:
+    """Make ``config`` the keepalive of every channel and server this process builds without
+    naming one (a service calls this once at start with its ``[keepalive]``)."""
+    global _process_keepalive
+    config.validate()
+    _process_keepalive = config
+
+
+def process_keepalive() -> KeepaliveConfig:
+    return _process_keepalive
+
+
+def channel_options(
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, keepalive: KeepaliveConfig | None = None
+) -> list[tuple[str, Any]]:
+    """Options of a channel or a server; ``keepalive`` None = :func:`process_keepalive`."""
+    ka = keepalive if keepalive is not None else _process_keepalive
     return [
         ("grpc.max_send_message_length", max_message_bytes),
         ("grpc.max_receive_message_length", max_message_bytes),
@@ -64,15 +135,16 @@ def channel_options(max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> list[
         ("grpc.max_reconnect_backoff_ms", 1000),
         ("grpc.enable_retries", 0),
         # Bounded waits on a half-open link (a peer gone without a FIN or RST, a blackholing
-        # middlebox): each side pings every KEEPALIVE_TIME_MS while the connection is idle or
-        # busy, and drops it when a ping is not answered within KEEPALIVE_TIMEOUT_MS; the calls
-        # on it fail with UNAVAILABLE. Servers accept the clients' pings at that cadence.
-        ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
-        ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
-        ("grpc.http2.ping_timeout_ms", KEEPALIVE_TIMEOUT_MS),  # grpc-core's own ping timeout: 60 s
+        # middlebox): each side pings every keepalive time while the connection is idle or
+        # busy, and drops it when a ping is not answered within the keepalive timeout; the
+        # calls on it fail with UNAVAILABLE. Servers accept pings at any cadence (no ping
+        # strikes), so a client configured to ping more often than its server is not cut off.
+        ("grpc.keepalive_time_ms", ka.time_ms),
+        ("grpc.keepalive_timeout_ms", ka.timeout_ms),
+        ("grpc.http2.ping_timeout_ms", ka.timeout_ms),  # grpc-core's own ping timeout: 60 s
         ("grpc.keepalive_permit_without_calls", 1),
         ("grpc.http2.max_pings_without_data", 0),
-        ("grpc.http2.min_recv_ping_interval_without_data_ms", KEEPALIVE_TIME_MS // 2),
+        ("grpc.http2.min_recv_ping_interval_without_data_ms", ka.time_ms // 2),
         ("grpc.http2.max_ping_strikes", 0),
     ]
 
@@ -117,10 +189,12 @@ def aio_channel(
     security: SecurityConfig | None = None,
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     token: str | None = None,
+    keepalive: KeepaliveConfig | None = None,
 ) -> grpc.aio.Channel:
     """An asyncio channel to ``addr`` (host:port), TLS when configured; it presents ``token``
-    (default: the cluster token of this process, if any)."""
-    options = channel_options(max_message_bytes)
+    (default: the cluster token of this process, if any) and pings with ``keepalive``
+    (default: :func:`process_keepalive`)."""
+    options = channel_options(max_message_bytes, keepalive)
     creds = channel_credentials(security) if security else None
     interceptors = client_interceptors(token) or None
     if creds is None:

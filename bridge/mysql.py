@@ -20,7 +20,7 @@ import contextlib
 import functools
 import socket
 import ssl
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -125,6 +125,32 @@ def connect(
         **extra,
     )
     return _connection_class()(**args)
+
+
+def timed_out(exc: BaseException) -> bool:
+    """True when ``exc`` is (or was raised while handling) a socket read or write that reached
+    its timeout: pymysql reports one as error 2013, "Lost connection ... (timed out)"."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, TimeoutError):  # socket.timeout is TimeoutError
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return "(timed out)" in str(exc)
+
+
+@contextlib.contextmanager
+def read_timeout(conn: Any, seconds: float) -> Iterator[None]:
+    """Let the statements run inside wait ``seconds`` (0: no limit) for their answers instead
+    of the connection's read timeout (a long DDL). pymysql has no public per-statement
+    timeout: it re-applies ``_read_timeout`` to the socket before each read, so that is set."""
+    before = conn._read_timeout
+    conn._read_timeout = seconds or None
+    try:
+        yield
+    finally:
+        conn._read_timeout = before
 
 
 def error_code(exc: BaseException) -> int | None:

@@ -48,7 +48,7 @@ import grpc
 from bridge.auth import adopt_token, use_cluster_token
 from bridge.config import describe
 from bridge.errors import BridgeError, MetaUnavailable
-from bridge.grpcutil import add_port, channel_options, server_interceptors
+from bridge.grpcutil import add_port, channel_options, server_interceptors, use_keepalive
 from bridge.meta.client import MetaClient
 from bridge.meta.nodes import wall_time
 from bridge.proto import drainer_pb2_grpc
@@ -145,7 +145,7 @@ class Drainer:
         sync_settings = SyncSettings.from_config(config)
         self.syncer = Syncer(self.feed, builder, sink, checkpoint, start, sync_settings, context, dead_letter)
         self.server = grpc.aio.server(
-            options=channel_options(config.max_message_size),
+            options=channel_options(config.max_message_size, config.keepalive),
             interceptors=[*use_cluster_token(config.cluster_token), *server_interceptors(config.security)],
         )
         port = add_port(self.server, config.addr, config.security)
@@ -227,6 +227,7 @@ async def serve(config: DrainerConfig, stop: asyncio.Event, ready: Ready = print
     for line in describe(config):
         log.info("config: %s", line)
     adopt_token(config.cluster_token)  # before any channel opens: each presents it
+    use_keepalive(config.keepalive)  # likewise: each pings with it
     Path(config.data_dir).mkdir(parents=True, exist_ok=True)
     async with contextlib.AsyncExitStack() as stack:
         meta = MetaClient(config.meta_addrs(), config.security)

@@ -37,7 +37,7 @@ from bridge.config import (
     read_toml,
 )
 from bridge.errors import ConfigError
-from bridge.grpcutil import DEFAULT_MAX_MESSAGE_BYTES, SecurityConfig
+from bridge.grpcutil import DEFAULT_MAX_MESSAGE_BYTES, KeepaliveConfig, SecurityConfig
 from bridge.nodeconfig import NodeAddressing
 from drainer.sync.filter import TableFilter
 from drainer.sync.route import RouteConfig, parse_routes
@@ -214,6 +214,7 @@ class DrainerConfig(NodeAddressing):
     relay: RelayConfig = field(default_factory=RelayConfig)
     sink: SinkConfig = field(default_factory=SinkConfig)
     cluster_token: str = cluster_token_field()
+    keepalive: KeepaliveConfig = field(default_factory=KeepaliveConfig)
     security: SecurityConfig = field(default_factory=SecurityConfig)
 
     def spill_directory(self) -> Path:

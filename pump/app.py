@@ -39,7 +39,7 @@ import grpc
 from bridge.auth import adopt_token, use_cluster_token
 from bridge.config import describe
 from bridge.errors import BridgeError, MetaError
-from bridge.grpcutil import add_port, channel_options, server_interceptors
+from bridge.grpcutil import add_port, channel_options, server_interceptors, use_keepalive
 from bridge.meta.client import MetaClient
 from pump import metrics
 from pump.admission import PumpState
@@ -175,6 +175,7 @@ async def serve(config: PumpConfig, stop: asyncio.Event, ready: Ready = print_re
     for line in describe(config):
         log.info("config: %s", line)
     adopt_token(config.cluster_token)  # before any channel opens: each presents it
+    use_keepalive(config.keepalive)  # likewise: each pings with it
     async with contextlib.AsyncExitStack() as stack:
         meta = MetaClient(config.meta_addrs(), config.security)
         stack.push_async_callback(meta.close)
@@ -183,7 +184,7 @@ async def serve(config: PumpConfig, stop: asyncio.Event, ready: Ready = print_re
         stack.push_async_callback(storage.close)
         # No SO_REUSEPORT: a second pump on the same address must fail, not share it.
         server = grpc.aio.server(
-            options=[*channel_options(config.max_message_size), ("grpc.so_reuseport", 0)],
+            options=[*channel_options(config.max_message_size, config.keepalive), ("grpc.so_reuseport", 0)],
             # No decode guard: the Pump service's own lenient parsers answer bad bodies (pump.wire).
             interceptors=[
                 *use_cluster_token(config.cluster_token, decode_guard=False),

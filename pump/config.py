@@ -43,7 +43,7 @@ from typing import Literal
 from bridge.config import cluster_token_field, format_duration
 from bridge.dsn import parse_mysql_dsn
 from bridge.errors import ConfigError
-from bridge.grpcutil import DEFAULT_MAX_MESSAGE_BYTES, SecurityConfig
+from bridge.grpcutil import DEFAULT_MAX_MESSAGE_BYTES, KeepaliveConfig, SecurityConfig
 from bridge.nodeconfig import NodeAddressing
 from pump.storage.config import StorageConfig
 
@@ -199,6 +199,7 @@ class PumpConfig(NodeAddressing):
     storage: StorageConfig = field(default_factory=StorageConfig)
     resolver: ResolverConfig = field(default_factory=ResolverConfig)
     cluster_token: str = cluster_token_field()
+    keepalive: KeepaliveConfig = field(default_factory=KeepaliveConfig)
     security: SecurityConfig = field(default_factory=SecurityConfig)
 
     def validate(self) -> None:

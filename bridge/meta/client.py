@@ -29,7 +29,7 @@ from bridge.errors import (
     NotLeader,
     ProtocolError,
 )
-from bridge.grpcutil import SecurityConfig, aio_channel
+from bridge.grpcutil import KeepaliveConfig, SecurityConfig, aio_channel
 from bridge.proto import meta_pb2, meta_pb2_grpc
 from bridge.retry import Backoff
 from bridge.tso import MAX_LOGICAL
@@ -95,9 +95,12 @@ class MetaClient:
         security: SecurityConfig | None = None,
         timeout: float = 5.0,
         token: str | None = None,
+        keepalive: KeepaliveConfig | None = None,
     ) -> None:
-        """``token``: the cluster token to present (default: this process's, if any)."""
+        """``token``: the cluster token to present (default: this process's, if any);
+        ``keepalive``: of its channels (default: this process's, bridge.grpcutil)."""
         self._token = token
+        self._keepalive = keepalive
         self._addrs = split_addrs(addrs)
         if not self._addrs:
             raise ValueError("MetaClient needs at least one meta address")
@@ -188,7 +191,7 @@ class MetaClient:
     def _stub(self, addr: str) -> Any:
         entry = self._stubs.get(addr)
         if entry is None:
-            channel = aio_channel(addr, self._security, token=self._token)
+            channel = aio_channel(addr, self._security, token=self._token, keepalive=self._keepalive)
             entry = (channel, meta_pb2_grpc.MetaStub(channel))  # type: ignore[no-untyped-call]
             self._stubs[addr] = entry
         return entry[1]

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from bridge.errors import ConfigError
-from bridge.grpcutil import SecurityConfig
+from bridge.grpcutil import KeepaliveConfig, SecurityConfig
 
 Strategy = Literal["range", "hash", "score"]
 
@@ -89,6 +89,7 @@ class PumpClientConfig:
     )
     discovery_wait: float = _duration(5.0, "long-poll time of one registry ListNodes call")
     cluster_id: int = field(default=0, metadata={"help": "the cluster id to send; 0 = ask the meta service"})
+    keepalive: KeepaliveConfig = field(default_factory=KeepaliveConfig)
     security: SecurityConfig = field(default_factory=SecurityConfig)
 
     def validate(self) -> None:

@@ -97,7 +97,7 @@ class PumpNode:
         self._config = config
         self._cluster_id = cluster_id
         self._on_failure = on_failure
-        self._channel = aio_channel(addr, config.security)
+        self._channel = aio_channel(addr, config.security, keepalive=config.keepalive)
         self._stub = pump_pb2_grpc.PumpStub(self._channel)  # type: ignore[no-untyped-call]
         self._loop = asyncio.get_running_loop()
         self._queue: deque[PendingBinlog] = deque()

@@ -11,8 +11,8 @@ for itself, so that a subclass says only how events become writes:
 - **rate-limited warnings** (:class:`Warnings`): an outage repeats the same
   warning; each kind is logged at most every ``LOG_EVERY`` seconds.
 - **per-sink metrics** from the context's registry (:func:`metrics_for`): a
-  sink's metrics object is made once per registry, so a sink opened again,
-  or several in one process, share it.
+  sink's metrics object (a :class:`SinkMetrics`) is made once per registry, so
+  a sink opened again, or several in one process, share it.
 - the **acknowledged position** lives in :class:`bridge.sink.acks.AckTracker`
   for sinks that hear back per write (the kafka sink's delivery reports).
 
@@ -32,7 +32,7 @@ from abc import abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from bridge.sink.contract import Sink
 from bridge.sink.errors import SinkError, SinkUnavailable
@@ -78,6 +78,22 @@ class FailureLatch:
     def take(self) -> SinkError | None:
         failure, self.failure = self.failure, None
         return failure
+
+
+class SinkMetrics:
+    """The base of a sink's metrics class: what it declares goes into the one registry it is given."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+
+    def counter(self, name: str, documentation: str, *labels: str) -> Counter:
+        return Counter(name, documentation, labels, registry=self.registry)
+
+    def gauge(self, name: str, documentation: str) -> Gauge:
+        return Gauge(name, documentation, registry=self.registry)
+
+    def histogram(self, name: str, documentation: str, buckets: Sequence[float]) -> Histogram:
+        return Histogram(name, documentation, buckets=buckets, registry=self.registry)
 
 
 _METRICS: weakref.WeakKeyDictionary[CollectorRegistry, dict[Any, Any]] = weakref.WeakKeyDictionary()

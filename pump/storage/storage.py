@@ -20,7 +20,7 @@ import fcntl
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -294,7 +294,7 @@ class Storage:
         max_entries: int = 1024,
         max_bytes: int = 4 << 20,
         interval: float = 0.0,
-    ) -> AsyncIterator[list[PullItem]]:
+    ) -> AsyncGenerator[list[PullItem], None]:
         """Committed transactions after ``after_commit_ts`` in commit_ts order, each
         once, interleaved with :class:`Watermark` items, following new data until
         the storage closes. See :mod:`pump.storage.pull`.

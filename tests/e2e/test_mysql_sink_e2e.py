@@ -213,11 +213,14 @@ def kill_drainer_repeatedly(times: int, seed: int = 3) -> Fault:
     worker processes (``worker-processes`` > 0) must be gone before the drainer starts again."""
     rng = random.Random(seed)
 
+    def moved_past(cluster: Cluster, ts: int) -> Callable[[], bool]:
+        return lambda: checkpoint_ts(cluster) > ts
+
     def fault(cluster: Cluster, load: LoadProcess) -> None:
         wait_for_transactions(cluster, load, 40)
         seen = checkpoint_ts(cluster)
         for _ in range(times):
-            wait_for(lambda s=seen: checkpoint_ts(cluster) > s, "drainer checkpoint progress", cluster)
+            wait_for(moved_past(cluster, seen), "drainer checkpoint progress", cluster)
             time.sleep(rng.uniform(0.0, 0.6))
             assert load.running, "the load ended before the faults did; give it more --seconds"
             seen = checkpoint_ts(cluster)

@@ -4,9 +4,10 @@ Each sink reaches its service through a fault proxy (tests/support/tcp_proxy.py)
 drainer uses that proxy, so a fault cuts exactly the drainer-downstream link:
 
 - **MySQL** (a private MariaDB, the sink and its checkpoint): 300 ms ± 50 ms of latency on every
-  chunk for a while, then a blackhole of established and new connections (no RST). The DSN sets
-  read/write timeouts of 3 s (bridge.mysql), so the drainer must notice through them, not hang,
-  and say so (``sink.sink_last_error`` in ``/status``, ``bridge_drainer_errors_total{where="sink"}``).
+  chunk for a while, then a blackhole of established and new connections (no RST). The sink's
+  and the checkpoint's ``read-timeout`` / ``write-timeout`` are 3 s, so the drainer must notice
+  through them, not hang, and say so naming the timeout that applied (``sink.sink_last_error``
+  in ``/status``: "no answer within read-timeout 3s", ``bridge_drainer_errors_total{where="sink"}``).
 - **Redis** (the shared server; ``timeout`` 2 s): the same blackhole.
 - **Kafka** (a private Tansu advertising the proxy's address, so bootstrap and broker connections
   both go through it; ``socket.timeout.ms`` 6 s, ``delivery-timeout`` 15 s: shorter ones time
@@ -42,6 +43,7 @@ from tests.e2e import test_redis_e2e as redis_e2e
 from tests.e2e.test_kafka_e2e import kafka_spec, replay_and_diff
 from tests.e2e.test_mysql_sink_e2e import pipeline as pipeline  # a fixture used here
 from tests.e2e.test_pipeline import run_load, wait_for, wait_for_transactions
+from tests.support.faults import storm
 from tests.support.process import discard, wait_until
 from tests.support.tansu import PrivateTansu
 from tests.support.tcp_proxy import TcpProxy
@@ -64,18 +66,23 @@ def sink_errors(cluster: Cluster) -> float:
     return 0.0
 
 
-def sink_error_shown(cluster: Cluster, before: float) -> bool:
+def sink_error_shown(cluster: Cluster, before: float, naming: str = "") -> bool:
+    """``/status`` shows a sink error (containing ``naming``) and the error metric rose."""
     status = cluster.drainer_status() or {}
-    return bool((status.get("sink") or {}).get("sink_last_error")) and sink_errors(cluster) > before
+    shown = str((status.get("sink") or {}).get("sink_last_error") or "")
+    return bool(shown) and naming in shown and sink_errors(cluster) > before
 
 
 def checkpoint_ts(cluster: Cluster) -> int:
     return int((cluster.drainer_status() or {}).get("checkpoint_ts") or 0)
 
 
-def cut_then_heal(proxy: TcpProxy, timings: dict[str, float], latency: bool = False) -> Fault:
+def cut_then_heal(
+    proxy: TcpProxy, timings: dict[str, float], latency: bool = False, naming: str = ""
+) -> Fault:
     """Latency first when ``latency``; then a blackhole until the drainer reports a sink error
-    and the load has gone on; then the heal, timed until the checkpoint passes the heal."""
+    (one that contains ``naming``) and the load has gone on; then the heal, timed until the
+    checkpoint passes the heal."""
 
     def fault(cluster: Cluster, load: LoadProcess) -> None:
         wait_for_transactions(cluster, load, 60)
@@ -92,7 +99,7 @@ def cut_then_heal(proxy: TcpProxy, timings: dict[str, float], latency: bool = Fa
         errors_before = sink_errors(cluster)
         began = time.monotonic()
         proxy.blackhole()
-        wait_for(lambda: sink_error_shown(cluster, errors_before), "a sink error in /status", cluster)
+        wait_for(lambda: sink_error_shown(cluster, errors_before, naming), f"sink error {naming!r}", cluster)
         timings["detected"] = time.monotonic() - began
         before = load.progress()
         assert before is not None
@@ -114,9 +121,11 @@ def test_drainer_to_mysql_latency_then_blackhole(pipeline: mysql_e2e.Pipeline) -
     pipe = pipeline
     timings: dict[str, float] = {}
     with TcpProxy(("127.0.0.1", pipe.downstream.port)) as proxy:
-        login = f"mysql://root@127.0.0.1:{proxy.port}/?connect_timeout=2&read_timeout=3&write_timeout=3"
-        pipe.start(dsn=login)
-        summary = mysql_e2e.run_load(pipe, seconds=120, fault=cut_then_heal(proxy, timings, latency=True))
+        timeouts = {"read-timeout": "3s", "write-timeout": "3s"}
+        pipe.checkpoint_options.update(timeouts)
+        pipe.start(dsn=f"mysql://root@127.0.0.1:{proxy.port}/?connect_timeout=2", **timeouts)
+        fault = cut_then_heal(proxy, timings, latency=True, naming="no answer within read-timeout 3s")
+        summary = mysql_e2e.run_load(pipe, seconds=120, fault=fault)
         log.warning("drainer-mysql latency then blackhole: %s; load %s", timings, summary)
         mysql_e2e.assert_replicated(pipe)
 
@@ -167,10 +176,7 @@ def reset_storm(proxy: TcpProxy, counts: list[int]) -> None:
     for STORM_SECONDS; the client must get through afterwards."""
     accepted = proxy.accepted
     wait_until(lambda: proxy.accepted > accepted, timeout=120, what="consume connecting", interval=0.01)
-    deadline = time.monotonic() + STORM_SECONDS
-    while time.monotonic() < deadline:
-        counts.append(proxy.reset_all())
-        time.sleep(STORM_EVERY)
+    storm(proxy.reset_all, STORM_SECONDS, STORM_EVERY, counts)
 
 
 def test_drainer_to_kafka_blackhole_and_consume_under_a_reset_storm(

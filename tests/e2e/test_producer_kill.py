@@ -72,7 +72,8 @@ def cluster(tmp_path: Path) -> Iterator[dict[str, Any]]:
         drainer.start()
         yield {"upstream": upstream, "meta_addr": meta_addr, "pumps": pumps, "drainer": drainer}
     finally:
-        for member in (drainer, *pumps):
+        members: list[DrainerProcess | PumpProcess] = [drainer, *pumps]
+        for member in members:
             if member.child is not None:
                 member.stop()
         meta.stop()
@@ -117,10 +118,11 @@ def wait_for_checkpoint(drainer: DrainerProcess, pumps: list[PumpProcess], commi
     """Until the drainer's checkpoint passes ``commit_ts``: a hang guard, not a time bound."""
     checkpoint = drainer.data_dir / "checkpoint.json"
     deadline = time.monotonic() + HANG_GUARD
+    members: list[DrainerProcess | PumpProcess] = [drainer, *pumps]
     while not (checkpoint.exists() and drainer.checkpoint()["commitTS"] >= commit_ts):
-        alive = all(m.child is not None and m.child.proc.poll() is None for m in (drainer, *pumps))
+        alive = all(m.child is not None and m.child.proc.poll() is None for m in members)
         if not alive or time.monotonic() > deadline:
-            logs = "\n".join(f"--- {m.node_id}:\n{m.output[-3000:]}" for m in (drainer, *pumps))
+            logs = "\n".join(f"--- {m.node_id}:\n{m.output[-3000:]}" for m in members)
             reached = drainer.checkpoint()["commitTS"] if checkpoint.exists() else None
             raise AssertionError(
                 f"the drainer's checkpoint did not pass {commit_ts} (at {reached}; "

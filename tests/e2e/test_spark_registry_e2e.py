@@ -17,13 +17,13 @@ from typing import Any
 
 import pytest
 
+from bridge.kafkaclient import schema_registry_client
 from spark_consumers.jobs import run
 from tests.e2e.test_kafka_registry_e2e import (  # noqa: F401 (fixtures used by name)
     DrainerThread,
     cluster,
     drainer,
     registry_url,
-    schema_registry_client,
     upstream,
 )
 from tests.e2e.test_pipeline import LOAD_TABLES, run_load

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -147,7 +148,7 @@ def _table_t(cluster: Cluster, db: str) -> int:
 
 
 def _capture_t(
-    cluster: Cluster, tmp_path: Path, db: str, captures: list[CaptureProcess], **settings: str
+    cluster: Cluster, tmp_path: Path, db: str, captures: list[CaptureProcess], **settings: Any
 ) -> tuple[CaptureProcess, int]:
     """:func:`_table_t`, then a capture of ``db`` started (``settings``: CaptureProcess fields)."""
     since = _table_t(cluster, db)
@@ -155,6 +156,13 @@ def _capture_t(
     captures.append(capture)
     capture.start()
     return capture, since
+
+
+def _schema_changes(binlogs: list[B.Binlog]) -> list[row_pb2.SchemaChange]:
+    """The SchemaChange of each DDL binlog, in order (every DDL binlog the capture writes has one)."""
+    changes = [B.read_schema_change(b) for b in binlogs if B.is_ddl(b)]
+    assert None not in changes, "a DDL binlog without its SchemaChange"
+    return [c for c in changes if c is not None]
 
 
 def _snapshot_flags(binlogs: list[B.Binlog]) -> list[bool]:
@@ -262,12 +270,12 @@ def test_a_snapshot_stopped_halfway_is_taken_again_after_emptying_what_it_announ
     cluster.sql(
         db, "ALTER TABLE big ADD COLUMN w INT", "UPDATE big SET w = id WHERE id < 200", "DROP TABLE a_gone"
     )
-    capture.start()
-    assert "truncated downstream" in capture.child.output
+    child = capture.start()
+    assert "truncated downstream" in child.output
     capture.wait_caught_up()
     model, binlogs = replay(cluster.meta_addr, [cluster.pump], since)
     assert model_rows(model, db, "big") == source_rows(cluster.source, db, "big")
-    kinds = [(B.read_schema_change(b).kind, B.read_schema_change(b).table) for b in binlogs if B.is_ddl(b)]
+    kinds = [(c.kind, c.table) for c in _schema_changes(binlogs)]
     # where the SIGTERM landed decides what the first attempt announced; the second empties
     # exactly that, drops what is gone and brings what changed up to date (ALTER) or announces it
     restart = kinds.index(next(k for k in kinds if k[0] == Change.TRUNCATE_TABLE))
@@ -292,7 +300,9 @@ def test_a_purged_position_stops_the_capture_unless_snapshot_is_when_needed(
     with conn.cursor() as cursor:
         cursor.execute("FLUSH BINARY LOGS")
         cursor.execute("SHOW MASTER STATUS")
-        current = cursor.fetchone()[0]
+        status = cursor.fetchone()
+        assert status is not None
+        current = status[0]
 
         def purged() -> bool:  # the server keeps a file a lingering dump thread still reads
             cursor.execute(f"PURGE BINARY LOGS TO '{current}'")
@@ -307,8 +317,8 @@ def test_a_purged_position_stops_the_capture_unless_snapshot_is_when_needed(
     assert "no longer has binlog" in child.output and "when-needed" in child.output
 
     capture.snapshot = "when-needed"
-    capture.start()
-    assert "taking a new snapshot" in capture.child.output
+    child = capture.start()
+    assert "taking a new snapshot" in child.output
     capture.wait_caught_up()
     model, _ = replay(cluster.meta_addr, [cluster.pump], since)
     assert model_rows(model, db, "t") == source_rows(cluster.source, db, "t")
@@ -360,13 +370,15 @@ def test_filters_select_tables_and_status_reports_the_gtid_position_and_lag(
     assert {(s.db, s.table) for s in model.schemas.values()} == {(db, "kept")}
     assert model_rows(model, db, "kept") == source_rows(cluster.source, db, "kept")
     assert sorted(model_rows(model, db, "kept")) == [(1, 11), (3, 3), (6, 6)]
-    ddl = [B.read_schema_change(b) for b in binlogs if B.is_ddl(b)]
+    ddl = _schema_changes(binlogs)
     assert [(c.kind, c.table) for c in ddl] == [(Change.CREATE_TABLE, "kept")]  # the announcement only
 
     conn = cluster.source.connect()
     with conn.cursor() as cursor:
         cursor.execute("SELECT @@gtid_binlog_pos")
-        (source_gtid,) = cursor.fetchone()
+        row = cursor.fetchone()
+        assert row is not None
+        (source_gtid,) = row
     conn.close()
 
     def at_the_source() -> bool:

@@ -24,9 +24,11 @@ from typing import Any
 import pymysql
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
 
 from bridge.avro import DDL_SCHEMA, SingleObjectCodec, ddl_record, fingerprint_hex, source_record, table_avro
+from bridge.avro.tables import ChangeKind
 from bridge.dsn import parse_dsn
 from bridge.proto import row_pb2
 
@@ -35,6 +37,7 @@ pytestmark = [pytest.mark.kafka, pytest.mark.timeout(120)]
 T = row_pb2.ColumnType
 PARTITIONS = 3
 HANG_GUARD = 60
+Headers = list[tuple[str, str | bytes | None]]  # what Producer.produce(headers=...) takes
 
 
 def items_schema(with_note: bool, db: str = "shop") -> row_pb2.TableSchema:
@@ -77,7 +80,7 @@ class ContractWriter:
 
     def ddl(self, kind: str, schema: row_pb2.TableSchema | None, ts: int, query: str) -> None:
         table = "items" if schema is not None else ""
-        change = row_pb2.SchemaChange(kind=row_pb2.SchemaChange.Kind.Value(kind), db=self.db, table=table)
+        change = row_pb2.SchemaChange(kind=kind, db=self.db, table=table)
         if schema is not None:
             change.table_schema.CopyFrom(schema)
         topic = self.topic if schema is not None else ""
@@ -85,7 +88,7 @@ class ContractWriter:
         value = self.codec.encode(f"{self.ddl_topic}-value", DDL_SCHEMA, record)
         self.producer.produce(self.ddl_topic, value, None, 0, headers=self._headers("ddl", ts))
 
-    def txn(self, schema: row_pb2.TableSchema, ts: int, changes: list[tuple[str, Any, Any]]) -> None:
+    def txn(self, schema: row_pb2.TableSchema, ts: int, changes: list[tuple[ChangeKind, Any, Any]]) -> None:
         ta = table_avro(schema)
         for pos, (kind, before, after) in enumerate(changes):
             source = source_record(
@@ -97,17 +100,17 @@ class ContractWriter:
                 f"{self.topic}-value", ta.value_schema, ta.envelope(kind, before, after, source, 0)
             )
             partition = zlib.crc32(key[10:]) % PARTITIONS
-            headers = [*self._headers("row", ts), ("bridge.pos", str(pos).encode())]
+            headers: Headers = [*self._headers("row", ts), ("bridge.pos", str(pos).encode())]
             self.producer.produce(self.topic, value, key, partition, headers=headers)
 
     def resolved(self, ts: int) -> None:
-        headers = [("bridge.kind", b"resolved"), ("bridge.resolved-ts", str(ts).encode())]
+        headers: Headers = [("bridge.kind", b"resolved"), ("bridge.resolved-ts", str(ts).encode())]
         for partition in range(PARTITIONS):
             self.producer.produce(self.topic, None, None, partition, headers=headers)
         self.producer.produce(self.ddl_topic, None, None, 0, headers=headers)
 
     @staticmethod
-    def _headers(kind: str, ts: int) -> list[tuple[str, bytes]]:
+    def _headers(kind: str, ts: int) -> Headers:
         return [("bridge.kind", kind.encode()), ("bridge.commit-ts", str(ts).encode())]
 
     def flush(self) -> None:

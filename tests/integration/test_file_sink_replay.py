@@ -17,7 +17,7 @@ from drainer.relay.replay import replay
 from drainer.sinks.file.binlogfile import RECORD_HEAD, list_files
 from drainer.sinks.file.sink import FileSink
 from drainer.sinks.sqlite.sink import SQLiteSink
-from tests.support.binlog_events import EventStream, table_schema
+from tests.support.binlog_events import EventStream, RowChange, table_schema
 
 T = row_pb2.ColumnType
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,7 +30,10 @@ def workload(stream: EventStream, transactions: int = 120) -> list[Event]:
     events: list[Event] = [stream.create(keyed), stream.create(keyless)]
     extra: tuple[object, ...] = ()
     for i in range(transactions):
-        changes = [("insert", "shop.k", None, (i, f"v{i}", *extra)), ("insert", "shop.n", None, (i % 7, "x"))]
+        changes: list[RowChange] = [
+            ("insert", "shop.k", None, (i, f"v{i}", *extra)),
+            ("insert", "shop.n", None, (i % 7, "x")),
+        ]
         if i % 3 == 0 and i:
             changes.append(("update", "shop.k", (i - 1, f"v{i - 1}", *extra), (i - 1, f"u{i - 1}", *extra)))
         if i % 5 == 0:

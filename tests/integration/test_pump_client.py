@@ -23,6 +23,7 @@ from bridge.errors import MetaUnavailable, NoPumpAvailable, PumpRejected
 from bridge.meta.client import MetaClient
 from bridge.proto import binlog_pb2
 from bridge.pumpclient import AsyncPumpsClient, PumpClientConfig, PumpsClient
+from bridge.pumpclient.config import Strategy
 from tests.support.process import ChildProcess, bridge_cli, free_port, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -180,7 +181,9 @@ async def run_transactions(client: AsyncPumpsClient, first_ts: int, count: int, 
 
 
 @pytest.mark.parametrize("strategy", ["range", "hash"])
-def test_prewrites_spread_over_three_pumps_and_commits_follow(shared_cluster: Cluster, strategy: str) -> None:
+def test_prewrites_spread_over_three_pumps_and_commits_follow(
+    shared_cluster: Cluster, strategy: Strategy
+) -> None:
     count = 30_000
     first = timestamps(shared_cluster.meta_addr, 2 * count)
 

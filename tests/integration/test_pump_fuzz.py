@@ -80,9 +80,17 @@ class Malformed:
                 tp=BinlogType.Prewrite, start_ts=ts, ddl_job_id=5, ddl_query=b"x", ddl_schema_change=b"\x07"
             ),
             lambda: prewrite(
-                ts, [binlog_pb2.TableMutation(table_id=1, inserted_rows=[b"a", b"b"], sequence=[0])]
+                ts,
+                [
+                    binlog_pb2.TableMutation(
+                        table_id=1, inserted_rows=[b"a", b"b"], sequence=[binlog_pb2.Insert]
+                    )
+                ],
             ),
-            lambda: prewrite(ts, [binlog_pb2.TableMutation(table_id=2, updated_rows=[b"old"], sequence=[1])]),
+            lambda: prewrite(
+                ts,
+                [binlog_pb2.TableMutation(table_id=2, updated_rows=[b"old"], sequence=[binlog_pb2.Update])],
+            ),
         ]
         payload = self.rng.choice(choices)().SerializeToString()
         if self.rng.random() < 0.1:

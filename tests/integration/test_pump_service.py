@@ -142,7 +142,9 @@ def test_a_100_mb_binlog_is_stored_and_pulled(shared: Server) -> None:
     value = binlog_pb2.PrewriteValue(
         mutations=[
             binlog_pb2.TableMutation(
-                table_id=7, inserted_rows=[random.randbytes(MIB) for _ in range(100)], sequence=[0] * 100
+                table_id=7,
+                inserted_rows=[random.randbytes(MIB) for _ in range(100)],
+                sequence=[binlog_pb2.Insert] * 100,
             )
         ]
     ).SerializeToString()

@@ -64,6 +64,7 @@ async def pull_until(storage: Storage, after: int, until_ts: int, into: Pulled |
                 pulled.watermarks.append(item.ts)
                 last_watermark = item.ts
             else:
+                assert isinstance(item, CommittedTxn), "a chunk part: these tests write no chunked binlog"
                 assert item.commit_ts > last_watermark, "a transaction behind an announced watermark"
                 pulled.txns.append(item)
         if last_watermark >= until_ts:

@@ -16,7 +16,7 @@ from bridge.proto import row_pb2
 from bridge.sink.events import Event
 from drainer.sinks.redis import RedisSink
 from tests.integration.test_redis_sink import Harness
-from tests.support.redis_server import ddl, delete, insert, next_ts, txn, update
+from tests.support.redis_server import ddl, delete, insert, next_ts, stream_entries, txn, update
 
 pytestmark = pytest.mark.redis
 
@@ -34,10 +34,13 @@ class ClusterHarness(Harness):
         self.client = RedisCluster(startup_nodes=startup, decode_responses=True)  # type: ignore[assignment]
 
     def open(
-        self, rules: list[dict[str, Any]], tables: tuple[row_pb2.TableSchema, ...] = (), **settings: Any
+        self,
+        rules: list[dict[str, Any]],
+        tables: tuple[row_pb2.TableSchema, ...] = (),
+        settings: dict[str, Any] | None = None,
     ) -> RedisSink:
         cluster = {"cluster": True, "cluster-nodes": self.nodes[1:], "del-batch-keys": 64}
-        return super().open(rules, tables, **cluster, **settings)
+        return super().open(rules, tables, {**cluster, **(settings or {})})
 
     def seed(self, *keys: str) -> None:
         pipe = self.client.pipeline()
@@ -64,8 +67,10 @@ def test_invalidation_across_every_node_is_exact(cluster: ClusterHarness) -> Non
     p, users = cluster.prefix, cluster.users
     cluster.open([{"db": p, "table": "users", "keys": [f"{p}:user:{{id}}", f"{p}:email:{{email}}"]}])
     cluster.seed(*[f"{p}:user:{i}" for i in range(3000)], *[f"{p}:email:{i}@x" for i in range(3000)])
-    slots = {cluster.client.keyslot(f"{p}:user:{i}") for i in range(3000)}
-    nodes = {cluster.client.get_node_from_key(f"{p}:user:{i}").name for i in range(3000)}
+    client = cluster.client
+    assert isinstance(client, RedisCluster)
+    slots = {client.keyslot(f"{p}:user:{i}") for i in range(3000)}
+    nodes = {client.get_node_from_key(f"{p}:user:{i}").name for i in range(3000)}
     assert len(nodes) == len(cluster.nodes) and len(slots) > 1000
     changed = range(0, 3000, 3)
     ts = [next_ts() for _ in range(3)]
@@ -99,7 +104,7 @@ def test_streams_and_upserts_in_a_cluster(cluster: ClusterHarness) -> None:
     ])  # fmt: skip
     ts = [next_ts() for _ in range(50)]
     cluster.apply([txn(t, [insert(users, n, None, f"n{n}")]) for n, t in enumerate(ts)])
-    entries = cluster.client.xrange(f"{p}:s:users")
+    entries = stream_entries(cluster.client.xrange(f"{p}:s:users"))
     assert [int(fields["commit_ts"]) for _, fields in entries] == ts
     assert json.loads(entries[3][1]["after"]) == {"id": 3, "email": None, "name": "n3"}
     assert cluster.client.hgetall(f"{p}:hash:7") == {"id": "7", "name": "n7"}

@@ -21,7 +21,7 @@ from bridge.sink.contract import SinkContext
 from bridge.sink.events import Event
 from drainer.sinks.file.sink import FileSink
 from drainer.sinks.sqlite.sink import SQLiteSink
-from tests.support.binlog_events import EventStream, table_schema
+from tests.support.binlog_events import EventStream, RowChange, table_schema
 from tests.support.process import run_cli
 
 pytestmark = pytest.mark.timeout(180)
@@ -39,7 +39,10 @@ def dead_letter_like(stream: EventStream, db: str, directory: Path, expected: Pa
     header = SinkContext.at(stream.ts + 1, stream.tracker.snapshot())
     events: list[Event] = []
     for i in range(30):
-        changes = [("insert", f"{db}.k", None, (i, f"v{i}")), ("insert", f"{db}.n", None, (i % 4, "x"))]
+        changes: list[RowChange] = [
+            ("insert", f"{db}.k", None, (i, f"v{i}")),
+            ("insert", f"{db}.n", None, (i % 4, "x")),
+        ]
         if i % 3 == 0 and i:
             changes.append(("update", f"{db}.k", (i - 1, f"v{i - 1}"), (i - 1, f"u{i - 1}")))
         events.append(stream.txn(changes))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -119,6 +120,9 @@ def test_routes_rename_the_database_and_a_table_for_dml_and_ddl(
         ]
         assert query(mysql, f"SELECT id, name FROM `{up}_b`.`o_orders` ORDER BY id") == [(1, "o1"), (2, "o2")]
         assert databases(mysql, up) == {f"{up}_b", f"{up}_progress"}  # nothing under the upstream name
+        metrics = drainer.metrics()  # the sink's metrics (from its context's registry) in the drainer's
+        assert f'bridge_sink_mysql_rows_total{{kind="insert",table="{up}_b.items"}} 4.0' in metrics
+        assert 'bridge_sink_mysql_flushes_total{reason="ddl"}' in metrics
         assert drainer.stop() == 0
         logged = [
             line for line in drainer.output.splitlines() if f"DDL at commit_ts {alter.commit_ts}" in line
@@ -162,6 +166,10 @@ def test_the_kafka_sink_names_topics_after_the_routed_names_and_its_topic_rules(
         topics = set(AdminClient({"bootstrap.servers": kafka_bootstrap}).list_topics(timeout=10).topics)
         assert {f"{up}.shop.{up}_items", f"{up}.by-rule.orders"} <= topics  # [[route]]; the topic rule
         assert not any(t.startswith(f"{up}.{up}.") for t in topics)  # nothing under the template's name
+        metrics = drainer.metrics()  # the sink's metrics (from its context's registry) in the drainer's
+        assert f'bridge_sink_kafka_messages_total{{kind="row",topic="{up}.by-rule.orders"}} 1.0' in metrics
+        acked = re.search(r"^bridge_sink_kafka_acked_ts (\S+)$", metrics, re.MULTILINE)
+        assert acked is not None and float(acked.group(1)) >= last.commit_ts
         assert drainer.stop() == 0
         read = run_cli(
             "consume", "--bootstrap-servers", kafka_bootstrap, "--topic", f"{up}.by-rule.orders",

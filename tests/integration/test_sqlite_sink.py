@@ -13,7 +13,7 @@ import pytest
 from bridge.proto import row_pb2
 from bridge.sink.contract import SinkContext
 from bridge.sink.errors import SinkApplyError, SinkUnavailable
-from bridge.sink.events import ResolvedEvent
+from bridge.sink.events import Event, ResolvedEvent
 from drainer.sinks.sqlite.sink import SQLiteSink
 from tests.support import all_types
 from tests.support.binlog_events import EventStream, table_schema
@@ -23,8 +23,8 @@ Change = row_pb2.SchemaChange
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def sink(path: Path, resume_ts: int = 0, **config: object) -> SQLiteSink:
-    result = SQLiteSink({"path": str(path), **config}, path)
+def sink(path: Path, resume_ts: int = 0, config: dict[str, object] | None = None) -> SQLiteSink:
+    result = SQLiteSink({"path": str(path), **(config or {})}, path)
     result.open(SinkContext(resume_ts=resume_ts))
     return result
 
@@ -39,7 +39,10 @@ def rows(path: Path, db: str, query: str) -> list[tuple[object, ...]]:
 
 def test_every_type_is_stored_by_the_documented_mapping(tmp_path: Path) -> None:
     stream = EventStream()
-    events = [stream.create(all_types.schema("shop")), stream.inserts("shop.all_types", all_types.ROWS)]
+    events: list[Event] = [
+        stream.create(all_types.schema("shop")),
+        stream.inserts("shop.all_types", all_types.ROWS),
+    ]
     first = all_types.ROWS[0]
     events.append(stream.txn([("update", "shop.all_types", first, (10, *first[1:]))]))
     target = sink(tmp_path)
@@ -58,7 +61,7 @@ def test_every_type_is_stored_by_the_documented_mapping(tmp_path: Path) -> None:
     assert stored[1][1:] == (None,) * (len(all_types.COLUMNS) - 1)
 
 
-def keyed_and_keyless(stream: EventStream) -> list[object]:
+def keyed_and_keyless(stream: EventStream) -> list[Event]:
     return [
         stream.create(
             table_schema("shop", "k", [("id", T.BIGINT), ("v", T.VARCHAR)], key=["id"], table_id=1)
@@ -104,7 +107,7 @@ def test_a_failed_write_is_rolled_back_so_the_same_events_can_be_written_again(t
     stream = EventStream()
     ddl = keyed_and_keyless(stream)
     good = stream.txn([("insert", "shop.k", None, (1, "a"))])
-    target = sink(tmp_path, **{"busy-timeout": "50ms"})
+    target = sink(tmp_path, config={"busy-timeout": "50ms"})
     target.write([*ddl, good])
     target.flush()
     later = [stream.txn([("insert", "shop.n", None, (i, "z"))]) for i in range(3)]
@@ -146,7 +149,7 @@ def test_a_statement_the_downstream_refuses_names_table_commit_ts_and_shape_not_
 def test_ddl_sequence_keeps_the_data(tmp_path: Path) -> None:
     stream = EventStream()
     schema = table_schema("shop", "t", [("id", T.BIGINT), ("a", T.VARCHAR), ("b", T.INT)], key=["id"])
-    events: list[object] = [stream.create(schema), stream.inserts("shop.t", [(1, "x", 10), (2, "y", None)])]
+    events: list[Event] = [stream.create(schema), stream.inserts("shop.t", [(1, "x", 10), (2, "y", None)])]
     schema.columns.add(id=4, name="c", type=T.VARCHAR, default_value="'dflt'")  # NOT NULL with a default
     schema.max_column_id = 4
     events.append(stream.alter(schema))
@@ -181,7 +184,7 @@ def test_ddl_sequence_keeps_the_data(tmp_path: Path) -> None:
     assert [r[1] for r in rows(tmp_path, "shop", "PRAGMA table_info(u)")] == ["id", "a2", "c"]
     moved = stream.schema("shop", "u")
     moved.db = "archive"
-    more = [
+    more: list[Event] = [
         stream.ddl(Change(kind=Change.CREATE_DATABASE, db="archive")),
         stream.ddl(
             Change(

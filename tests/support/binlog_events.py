@@ -25,6 +25,7 @@ from drainer.sync.filter import TableFilter
 T = row_pb2.ColumnType
 Change = row_pb2.SchemaChange
 Row = Sequence[object]
+RowChange = tuple[str, str, Row | None, Row | None]  # (kind, "db.table", before, after)
 
 
 def table_schema(
@@ -99,7 +100,7 @@ class EventStream:
         copy.CopyFrom(tracked.schema)
         return copy
 
-    def txn(self, changes: Iterable[tuple[str, str, Row | None, Row | None]]) -> TxnEvent:
+    def txn(self, changes: Iterable[RowChange]) -> TxnEvent:
         """One transaction of ``(kind, "db.table", before, after)`` changes, in order."""
         start_ts, commit_ts = self._next()
         builders: dict[int, TableMutationBuilder] = {}

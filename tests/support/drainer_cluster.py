@@ -201,7 +201,7 @@ class Producer:
     ) -> Written:
         """One transaction of ``(kind, table, before, after)`` changes, in order."""
         builders: dict[str, TableMutationBuilder] = {}
-        records = []
+        records: list[dict[str, Any]] = []
         for kind, name, before, after in changes:
             schema = self.schemas[name]
             codec = RowCodec(schema)

@@ -14,6 +14,8 @@ import random
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
+from typing import cast
 
 from bridge.dsn import parse_dsn
 from bridge.producer import TxnWriter, open_upstream
@@ -52,28 +54,36 @@ class Mutator:
         except BaseException as exc:
             self.failure = exc
 
-    def _plan(self) -> list[Callable[[Transaction], None]]:
+    def _plan(self) -> list[Callable[[Transaction], object]]:
         before, rng = self.before, self.rng
-        seeded = sorted(k[0] for k in before["load_orders"])
+        seeded = sorted(cast(int, k[0]) for k in before["load_orders"])  # load_orders' ids are ints
         orders = rng.sample(seeded, min(90, len(seeded)))  # a loaded machine may have written fewer
         slots = sorted(before["load_slots"].items())
-        steps: list[Callable[[Transaction], None]] = []
+        steps: list[Callable[[Transaction], object]] = []
         for n, key in enumerate(orders):
-            row = before["load_orders"][(key,)]
+            where = {"id": key}
             if n % 6 == 0:
-                steps.append(lambda t, k=key: t.delete("load_orders", {"id": k}))
-            elif n % 6 == 1:
+                steps.append(partial(Transaction.delete, table="load_orders", where=where))
+                continue
+            if n % 6 == 1:
                 # a negative id: the load allocates ids above MAX(id), read when it starts (maybe after this)
-                steps.append(lambda t, k=key, n=n: t.update("load_orders", {"id": k}, {"id": -1 - n}))
+                changes: dict[str, object] = {"id": -1 - n}
             elif n % 6 == 2:  # the values it has: no row changes
-                steps.append(
-                    lambda t, k=key, v=row["status"]: t.update("load_orders", {"id": k}, {"status": v})
-                )
+                changes = {"status": before["load_orders"][(key,)]["status"]}
             else:
-                steps.append(lambda t, k=key, n=n: t.update("load_orders", {"id": k}, {"status": f"m{n}"}))
+                changes = {"status": f"m{n}"}
+            steps.append(partial(Transaction.update, table="load_orders", where=where, changes=changes))
         pairs = [(slots[i], slots[i + 1]) for i in range(0, min(len(slots) - 1, 30), 2)]
         for (first, a), (second, b) in pairs:
-            steps.append(lambda t, x=first[0], y=second[0], sx=a["slot"], sy=b["slot"]: swap(t, x, y, sx, sy))
+            steps.append(
+                partial(
+                    swap,
+                    first=cast(int, first[0]),
+                    second=cast(int, second[0]),
+                    first_slot=a["slot"],
+                    second_slot=b["slot"],
+                )
+            )
         rng.shuffle(steps)
         return steps
 

@@ -128,7 +128,7 @@ def delete(table: row_pb2.TableSchema, *before: object) -> RowChange:
 
 def ddl(
     commit_ts: int,
-    kind: int,
+    kind: row_pb2.SchemaChange.Kind,
     before: row_pb2.TableSchema | None,
     after: row_pb2.TableSchema | None,
     query: str = "",
@@ -141,3 +141,18 @@ def ddl(
     return DDLEvent(
         commit_ts - 1, commit_ts, b"", query or f"DDL {kind} {named.table}", change, before, after
     )
+
+
+def stream_entries(answer: object) -> list[tuple[str, dict[str, str]]]:
+    """The entries of an XRANGE answer (or of one stream in an XREAD answer) as text, whether
+    the client decodes responses or not."""
+    assert isinstance(answer, list), answer
+    return [(text(entry_id), {text(k): text(v) for k, v in fields.items()}) for entry_id, fields in answer]
+
+
+def text(value: object) -> str:
+    """A Redis reply of a decoding client (str) or of a plain one (bytes), as str."""
+    if isinstance(value, bytes):
+        return value.decode()
+    assert isinstance(value, str), value
+    return value

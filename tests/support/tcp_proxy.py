@@ -37,6 +37,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from tests.support.faults import skip_heal
 from tests.support.process import free_port
 
 CHUNK = 65536
@@ -187,7 +188,10 @@ class TcpProxy:
 
     def heal(self) -> None:
         """Back to a healthy link: no latency, no throttle, new connections pass; the
-        connections a blackhole made lose bytes are reset (their peers reconnect)."""
+        connections a blackhole made lose bytes are reset (their peers reconnect). Under
+        ``BRIDGE_FAULT_SKIP_HEAL=1`` (tests/support/faults.py) it does nothing."""
+        if skip_heal():
+            return
         self._latency, self._rate = (0.0, 0.0), None
         self._mode, self._clients = "pass", None
         with self._lock:

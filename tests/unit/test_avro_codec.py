@@ -76,7 +76,8 @@ def test_registry_codec_writes_confluent_wire_format_and_registers_once() -> Non
     ta = table_avro(all_types.schema("shop"))
     row = all_types.ROWS[0]
     value = codec.encode(f"{TOPIC}-value", ta.value_schema, ta.envelope("insert", None, row, SOURCE, 7))
-    key = codec.encode(f"{TOPIC}-key", ta.key_schema, ta.key_record(row))  # type: ignore[arg-type]
+    assert ta.key_schema is not None  # all_types has a primary key
+    key = codec.encode(f"{TOPIC}-key", ta.key_schema, ta.key_record(row))
     again = codec.encode(f"{TOPIC}-value", ta.value_schema, ta.envelope("insert", None, row, SOURCE, 7))
     assert value == again
     assert value[0] == 0 and key[0] == 0
@@ -86,7 +87,7 @@ def test_registry_codec_writes_confluent_wire_format_and_registers_once() -> Non
     assert client.get_versions(f"{TOPIC}-value") == [1]
     assert client.get_versions(f"{TOPIC}-key") == [1]
     registered = client.get_schema(value_id)
-    assert registered.schema_type == "AVRO"
+    assert registered.schema_type == "AVRO" and registered.schema_str is not None
     assert json.loads(registered.schema_str) == ta.value_schema
     # the body after the header is the plain Avro binary: key {"id": 1} is the zig-zag varint 2
     assert key[5:] == b"\x02"
@@ -99,7 +100,8 @@ def test_a_standard_confluent_consumer_reads_our_messages() -> None:
     ta = table_avro(all_types.schema("shop"))
     row, zero_row, null_row = all_types.ROWS
     value = codec.encode(f"{TOPIC}-value", ta.value_schema, ta.envelope("update", zero_row, row, SOURCE, 7))
-    key = codec.encode(f"{TOPIC}-key", ta.key_schema, ta.key_record(row))  # type: ignore[arg-type]
+    assert ta.key_schema is not None  # all_types has a primary key
+    key = codec.encode(f"{TOPIC}-key", ta.key_schema, ta.key_record(row))
     deserializer = AvroDeserializer(client)
     got_key = deserializer(key, SerializationContext(TOPIC, MessageField.KEY))
     got = deserializer(value, SerializationContext(TOPIC, MessageField.VALUE))
@@ -149,7 +151,8 @@ def test_single_object_encoding_header_and_fingerprint() -> None:
     row = all_types.ROWS[1]
     value = codec.encode(f"{TOPIC}-value", ta.value_schema, ta.envelope("insert", None, row, SOURCE, 7))
     codec.encode(f"{TOPIC}-value", ta.value_schema, ta.envelope("delete", row, None, SOURCE, 8))
-    key = codec.encode(f"{TOPIC}-key", ta.key_schema, ta.key_record(row))  # type: ignore[arg-type]
+    assert ta.key_schema is not None  # all_types has a primary key
+    key = codec.encode(f"{TOPIC}-key", ta.key_schema, ta.key_record(row))
     assert published.calls == 2  # one per distinct schema
     assert value[:2] == b"\xc3\x01"
     pcf = to_parsing_canonical_form(ta.value_schema)

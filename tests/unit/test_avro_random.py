@@ -8,6 +8,7 @@ import io
 import random
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
+from typing import Any
 
 import pytest
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
@@ -26,7 +27,9 @@ TEXT = "aé✓日\x00 ,'\"\\\n𝄞"
 
 def random_column(rng: random.Random, column_id: int) -> row_pb2.Column:
     kind = rng.choice([k for k in T.values() if k != T.COLUMN_TYPE_UNSPECIFIED])
-    column = row_pb2.Column(id=column_id, name=f"c{column_id}", type=kind, nullable=rng.random() < 0.5)
+    column = row_pb2.Column(
+        id=column_id, name=f"c{column_id}", type=T.Name(kind), nullable=rng.random() < 0.5
+    )
     if kind in INT_BITS:
         column.unsigned = rng.random() < 0.5
     elif kind == T.BIT:
@@ -136,7 +139,7 @@ def test_random_tables_round_trip_and_match_fastavro_bytes(seed: int) -> None:
             assert bytes(key) == _reference(ta.key_schema, ta.key_record(after))
 
 
-def _reference(schema: object, datum: object) -> bytes:
+def _reference(schema: dict[str, Any], datum: object) -> bytes:
     out = io.BytesIO()
     schemaless_writer(out, parse_schema(schema), datum)
     return out.getvalue()

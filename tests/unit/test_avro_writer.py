@@ -235,7 +235,7 @@ def test_inlined_record_fields_are_byte_identical() -> None:
             {"name": "nothing", "type": "null"},
         ],
     }
-    samples = {
+    samples: dict[str, list[Any]] = {
         "int": [0, 63, 64, -1, -(1 << 31), (1 << 31) - 1],
         "long": [0, 63, 64, -65, -(1 << 63), (1 << 63) - 1],
         "float": [0.0, -2.5, 3],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import cast
 
 import pytest
 
@@ -227,7 +228,7 @@ def schema_change_binlog(change: row_pb2.SchemaChange) -> bytes:
     ("change", "message"),
     [
         (row_pb2.SchemaChange(db="shop", table="t"), "schema change of unknown kind 0"),
-        (row_pb2.SchemaChange(kind=99, db="shop"), "unknown kind 99"),
+        (row_pb2.SchemaChange(kind=cast(Kind.Kind, 99), db="shop"), "unknown kind 99"),  # no kind is 99
         (
             row_pb2.SchemaChange(kind=Kind.CREATE_TABLE, db="shop"),
             "CREATE_TABLE must name its database and table",

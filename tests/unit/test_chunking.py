@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from bridge.binlog import DELETE_ROW, INSERT, UPDATE, iter_changes, mutation_problem
+from bridge.binlog import DELETE_ROW, INSERT, UPDATE, Change, iter_changes, mutation_problem
 from bridge.chunking import _row_costs, iter_prewrite_parts, split_prewrite
 from bridge.errors import ProtocolError
 from bridge.proto import binlog_pb2
@@ -15,9 +15,9 @@ from bridge.proto import binlog_pb2
 PrewriteValue = binlog_pb2.PrewriteValue
 
 
-def _changes(value: PrewriteValue) -> list[tuple[int, bool, int, object, object]]:
+def _changes(value: PrewriteValue) -> list[tuple[int, bool, int, bytes | None, bytes | None]]:
     """(table_id, snapshot, kind, before, after) of every change, in order."""
-    out = []
+    out: list[tuple[int, bool, int, bytes | None, bytes | None]] = []
     for mutation in value.mutations:
         assert mutation_problem(mutation) is None
         for change in iter_changes(mutation):
@@ -50,16 +50,9 @@ def _largest_change(value: PrewriteValue) -> int:
     largest = 0
     for mutation in value.mutations:
         for change in iter_changes(mutation):
-            piece = binlog_pb2.TableMutation(table_id=mutation.table_id)
+            piece = _mutation_of(mutation.table_id, change)
             if mutation.HasField("snapshot"):
                 piece.snapshot = mutation.snapshot
-            if change.kind == INSERT:
-                piece.inserted_rows.append(change.after)
-            elif change.kind == UPDATE:
-                piece.updated_rows.extend((change.before, change.after))
-            else:
-                piece.deleted_rows.append(change.before)
-            piece.sequence.append(change.kind)
             part = PrewriteValue(schema_version=value.schema_version, mutations=[piece])
             largest = max(largest, part.ByteSize())
     return largest
@@ -101,13 +94,20 @@ def test_random_values_split_keep_changes_and_bound(seed: int) -> None:
 
 
 def _first_change(mutation: binlog_pb2.TableMutation) -> binlog_pb2.TableMutation:
-    piece = binlog_pb2.TableMutation(table_id=mutation.table_id)
-    change = next(iter_changes(mutation))
+    return _mutation_of(mutation.table_id, next(iter_changes(mutation)))
+
+
+def _mutation_of(table_id: int, change: Change) -> binlog_pb2.TableMutation:
+    """A TableMutation of table ``table_id`` holding ``change`` alone."""
+    piece = binlog_pb2.TableMutation(table_id=table_id)
     if change.kind == INSERT:
+        assert change.after is not None
         piece.inserted_rows.append(change.after)
     elif change.kind == UPDATE:
+        assert change.before is not None and change.after is not None
         piece.updated_rows.extend((change.before, change.after))
     else:
+        assert change.before is not None
         piece.deleted_rows.append(change.before)
     piece.sequence.append(change.kind)
     return piece

@@ -8,10 +8,12 @@ from pathlib import Path
 import pymysql
 import pytest
 
+from bridge.dsn import parse_dsn
 from bridge.errors import ConfigError
+from bridge.mysql import read_timeout, timed_out
 from bridge.sink.errors import SinkApplyError, SinkUnavailable
 from drainer.config import config_from_dict
-from drainer.sinks.mysql.connection import redact, translate_error
+from drainer.sinks.mysql.connection import ConnectSettings, redact, timeout_error, translate_error
 from drainer.sinks.mysql.sink import MySQLSink
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -77,4 +79,40 @@ def test_the_example_drainer_config_loads_and_builds_the_sink() -> None:
     config = config_from_dict(data)
     assert config.sink.types == ["mysql"] and config.checkpoint.type == "mysql"
     sink = MySQLSink(config.sink.tables["mysql"], Path(config.data_dir))
-    assert sink.config.read_timeout == 600.0 and sink.config.worker_count == 16
+    assert sink.config.read_timeout == 120.0 and sink.config.ddl_read_timeout == 3600.0
+    assert sink.config.worker_count == 16
+
+
+def test_a_timed_out_read_is_named_with_the_timeout_that_applied() -> None:
+    try:
+        try:
+            raise TimeoutError("timed out")
+        except OSError as exc:  # as pymysql wraps a socket timeout
+            raise pymysql.err.OperationalError(2013, f"Lost connection to MySQL server during query ({exc})")  # noqa: B904 - pymysql raises it so
+    except pymysql.err.OperationalError as caught:
+        lost = caught
+    assert timed_out(lost) and not timed_out(pymysql.err.OperationalError(2013, "Lost connection"))
+    dsn = parse_dsn("mysql://root@127.0.0.1:3306/?read_timeout=3", key="dsn")
+    settings = ConnectSettings(dsn, 5, 120, 60, "", False)
+    error = timeout_error(lost, "mysql sink worker 0: COMMIT", settings)
+    assert isinstance(error, SinkUnavailable) and error.retriable
+    assert "no answer within read-timeout 3s (write-timeout 60s)" in str(error)  # the DSN's wins
+
+
+@pytest.mark.parametrize("key", ["read-timeout", "ddl-read-timeout"])
+def test_timeouts_below_a_second_are_refused(key: str) -> None:
+    with pytest.raises(ConfigError, match=f"sink.mysql.{key}: at least 1s"):
+        MySQLSink({"dsn": "mysql://root@127.0.0.1:3306/", key: "500ms"}, Path("/tmp"))
+
+
+def test_read_timeout_applies_to_the_statements_inside_and_is_restored() -> None:
+    class Conn:
+        _read_timeout: float | None = 3.0
+
+    conn = Conn()
+    with read_timeout(conn, 3600):
+        assert conn._read_timeout == 3600
+    assert conn._read_timeout == 3.0
+    with read_timeout(conn, 0):
+        assert conn._read_timeout is None  # no limit
+    assert conn._read_timeout == 3.0

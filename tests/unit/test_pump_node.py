@@ -118,7 +118,7 @@ class MemoryRegistry:
         nodes = [n for (k, _), n in sorted(self.nodes.items()) if kind in (0, k)]
         return meta_pb2.ListNodesResponse(nodes=nodes, revision=self.revision)
 
-    def set_drainer(self, node_id: str, state: int, max_commit_ts: int) -> None:
+    def set_drainer(self, node_id: str, state: meta_pb2.NodeState, max_commit_ts: int) -> None:
         self.nodes[(meta_pb2.DRAINER, node_id)] = meta_pb2.NodeStatus(
             node_id=node_id,
             kind=meta_pb2.DRAINER,
@@ -141,6 +141,11 @@ class MemoryStorage:
         self.fakes += 1
         self.watermark += 10
         return self.watermark
+
+
+def state_of(node: PumpNode) -> PumpState:
+    """``node.state`` read anew: mypy keeps an asserted ``node.state`` narrowed across an await."""
+    return node.state
 
 
 def make_node(registry: MemoryRegistry, storage: MemoryStorage, free: int = 100 * GIB) -> PumpNode:
@@ -224,7 +229,7 @@ def test_pause_waits_for_in_flight_prewrites_and_resume_reopens() -> None:
             assert "is paused" in node.write_refusal(True) and node.write_refusal(False) == ""
             await node.pause()  # again: harmless
             await node.resume()
-            assert node.state is PumpState.ONLINE and node.accepts_prewrite()
+            assert state_of(node) is PumpState.ONLINE and node.accepts_prewrite()
             await node.resume()  # again: harmless
         finally:
             await node.stop()
@@ -260,7 +265,7 @@ def test_close_waits_for_unpaired_prewrites_then_drainers_then_goes_offline() ->
             assert not offline.done()  # the paused drainer has not passed the final watermark
             registry.set_drainer("d-paused", meta_pb2.PAUSED, max_commit_ts=final + 5)
             await offline
-            assert node.state is PumpState.OFFLINE
+            assert state_of(node) is PumpState.OFFLINE
             assert "is offline" in node.write_refusal(False)
             with pytest.raises(StateError, match="cannot resume pump pump-u: it is offline"):
                 await node.resume()

@@ -102,7 +102,7 @@ def test_a_round_never_asks_for_more_than_the_tso_allows() -> None:
         big = MAX_LOGICAL // 2 + 1
         results = await asyncio.gather(batcher.get(big), batcher.get(big), batcher.get(1))
         assert oracle.calls == [big, big + 1]
-        assert results == [1000, 1000 + big, 1000 + 2 * big]
+        assert list(results) == [1000, 1000 + big, 1000 + 2 * big]
         with pytest.raises(ValueError):
             await batcher.get(MAX_LOGICAL + 1)
 

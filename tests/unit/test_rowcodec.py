@@ -19,7 +19,7 @@ T = row_pb2.ColumnType
 RNG_SEED = 20240601
 
 
-def codec_for(type_: int, **column: Any) -> RowCodec:
+def codec_for(type_: T, **column: Any) -> RowCodec:
     """A codec for table shop.t with one nullable column ``c`` of the given type."""
     column.setdefault("nullable", True)
     schema = row_pb2.TableSchema(
@@ -53,7 +53,7 @@ INT_RANGES = {
 
 @pytest.mark.parametrize("type_", list(INT_RANGES), ids=T.Name)
 @pytest.mark.parametrize("unsigned", [False, True])
-def test_integers_round_trip_their_whole_range_and_refuse_beyond(type_: int, unsigned: bool) -> None:
+def test_integers_round_trip_their_whole_range_and_refuse_beyond(type_: T, unsigned: bool) -> None:
     bits = INT_RANGES[type_]
     low, high = (0, 2**bits - 1) if unsigned else (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
     codec = codec_for(type_, unsigned=unsigned)
@@ -102,7 +102,7 @@ def test_bit() -> None:
 
 
 @pytest.mark.parametrize("type_", [T.FLOAT, T.DOUBLE], ids=T.Name)
-def test_floats_round_trip_bit_exactly(type_: int) -> None:
+def test_floats_round_trip_bit_exactly(type_: T) -> None:
     codec = codec_for(type_)
     rng = random.Random(RNG_SEED)
     values = [0.0, 1.5, -2.25, 1e308, -1e308, 5e-324, 2.0**-1074, 0.1 + 0.2]
@@ -177,7 +177,7 @@ def test_decimal_without_declared_precision_keeps_the_given_text() -> None:
 
 
 @pytest.mark.parametrize("type_", [T.CHAR, T.VARCHAR, T.TEXT], ids=T.Name)
-def test_strings_round_trip(type_: int) -> None:
+def test_strings_round_trip(type_: T) -> None:
     codec = codec_for(type_)
     rng = random.Random(RNG_SEED)
     values = [
@@ -214,7 +214,7 @@ def test_strings_refuse_lone_surrogates() -> None:
 
 
 @pytest.mark.parametrize("type_", [T.BINARY, T.VARBINARY, T.BLOB], ids=T.Name)
-def test_bytes_round_trip_any_byte_values(type_: int) -> None:
+def test_bytes_round_trip_any_byte_values(type_: T) -> None:
     codec = codec_for(type_)
     rng = random.Random(RNG_SEED)
     values = [b"", bytes(range(256)), b"\x00" * 5, b"\xff\xfe invalid utf-8 \xc3\x28"]
@@ -388,7 +388,7 @@ def test_set_decodes_as_members_in_declaration_order() -> None:
         codec.encode([3])
 
 
-WIDE_COLUMNS = [
+WIDE_COLUMNS: list[tuple[str, T, dict[str, Any]]] = [
     ("id", T.BIGINT, {"unsigned": True}),
     ("name", T.VARCHAR, {"length": 32, "nullable": True}),
     ("price", T.DECIMAL, {"precision": 12, "scale": 2}),
@@ -518,7 +518,7 @@ def test_decode_refuses_null_in_not_null_column() -> None:
         (T.TIME, row_pb2.Datum(duration_value=10**13), "outside -838:59:59"),
     ],
 )
-def test_decode_refuses_values_the_column_cannot_hold(type_: int, datum: row_pb2.Datum, message: str) -> None:
+def test_decode_refuses_values_the_column_cannot_hold(type_: T, datum: row_pb2.Datum, message: str) -> None:
     with pytest.raises(ProtocolError, match=message):
         codec_for(type_).decode(bad_row([1], [datum]))
 
@@ -547,7 +547,7 @@ def test_decode_reads_ids_however_they_are_encoded() -> None:
         (T.BIGINT, row_pb2.Datum(is_null=True), None),
     ],
 )
-def test_falsy_values_and_null_decode_exactly(type_: int, datum: row_pb2.Datum, expected: object) -> None:
+def test_falsy_values_and_null_decode_exactly(type_: T, datum: row_pb2.Datum, expected: object) -> None:
     (got,) = codec_for(type_).decode(bad_row([1], [datum]))
     assert got == expected and type(got) is type(expected)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -20,7 +20,7 @@ from bridge.schema import (
 T = row_pb2.ColumnType
 
 
-def column(id_: int, name: str, type_: int = T.INT, **extra: Any) -> row_pb2.Column:
+def column(id_: int, name: str, type_: row_pb2.ColumnType = T.INT, **extra: Any) -> row_pb2.Column:
     return row_pb2.Column(id=id_, name=name, type=type_, **extra)
 
 
@@ -55,7 +55,7 @@ def test_a_good_schema_passes() -> None:
         ([column(1, "a"), column(1, "b")], [], "column id 1 is used twice"),
         ([column(1, "a"), column(2, "A")], [], "column name 'A' is used twice"),
         ([column(1, "a", T.COLUMN_TYPE_UNSPECIFIED)], [], "column 'a' has no known type"),
-        ([column(1, "a", 99)], [], "no known type"),
+        ([column(1, "a", cast(row_pb2.ColumnType, 99))], [], "no known type"),  # a number no type has
         ([column(1, "a", T.ENUM)], [], "ENUM without members"),
         ([column(1, "a", T.SET, elems=["x", "x"])], [], "lists a member twice"),
         ([column(1, "a", T.SET, elems=["x,y"])], [], "member containing ','"),

@@ -78,13 +78,11 @@ def test_ddl_kinds_change_the_tracked_tables() -> None:
     tracker.apply(create(users(table_id=12, name="orders")))
     tracker.apply(Change(kind=Change.DROP_TABLE, db="shop", table="customers"))
     assert [t.name for t in tracker.tables] == ["shop.orders"]
-    tracker.apply(create(row_pb2.TableSchema(**{**_fields(users(13)), "db": "other"})))
+    other = users(13)
+    other.db = "other"
+    tracker.apply(create(other))
     tracker.apply(Change(kind=Change.DROP_DATABASE, db="shop"))
     assert tracker.databases == ["other"] and [t.table_id for t in tracker.tables] == [13]
-
-
-def _fields(schema: row_pb2.TableSchema) -> dict[str, object]:
-    return {f.name: v for f, v in schema.ListFields()}
 
 
 @pytest.mark.parametrize(

@@ -28,7 +28,7 @@ import grpc
 
 from bridge.config import advertise_addr, check_advertise_addr, cluster_token_field, listen_addr
 from bridge.errors import ConfigError
-from bridge.grpcutil import SecurityConfig, tls_channel_credentials
+from bridge.grpcutil import KeepaliveConfig, SecurityConfig, tls_channel_credentials
 from bridge.meta.client import DEFAULT_ADDR
 
 DEFAULT_PREFIX = "/binlog-bridge/v1"
@@ -79,6 +79,7 @@ class MetaConfig:
     status_addr: str = field(default="", metadata={"help": "HTTP /status and /metrics address; empty = off"})
     tso: TsoConfig = field(default_factory=TsoConfig)
     cluster_token: str = cluster_token_field()
+    keepalive: KeepaliveConfig = field(default_factory=KeepaliveConfig)
     security: SecurityConfig = field(default_factory=SecurityConfig)
     etcd_security: EtcdSecurityConfig = field(default_factory=EtcdSecurityConfig)
 

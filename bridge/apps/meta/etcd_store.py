@@ -14,6 +14,14 @@ lease every third of the TTL and checks that the key still holds its value;
 when a refresh fails or the key vanished or changed it steps down at once.
 Followers poll the key and campaign when it is gone.
 
+**Endpoints.** The store talks to one etcd member at a time, the first of
+``urls`` that answers at :meth:`EtcdStore.open`. A call that fails or times out
+there moves the store to the next URL (round robin) for the calls after it: a
+member that was partitioned away, killed or lost its quorum does not hold the
+meta service while the other members serve. The failed call still raises
+:class:`StoreError`, so a leader whose lease refresh failed steps down and
+campaigns again through the next member.
+
 **Fencing.** Every write a leader makes (the TSO limit, node records) is a
 transaction that compares ``P/meta/leader`` with this member's value, which
 carries a per-process session id: a deposed leader can never move the TSO
@@ -100,12 +108,15 @@ class EtcdStore:
         self._advertise = advertise_addr
         self._client: Any = None
         self._url = ""
+        self._index = 0  # of the URL in use
         self._lease: Any = None
         self._keepalive: asyncio.Task[None] | None = None
         self._lost = asyncio.Event()
         self._leading = False
         self._leader_addr = ""
         self._etcd_ok = True
+        self._opened = False
+        self._retiring: dict[asyncio.Task[None], Any] = {}  # old channels, closed a little later
 
     @property
     def url(self) -> str:
@@ -115,17 +126,45 @@ class EtcdStore:
         return "/".join((self._prefix, *parts)).encode()
 
     async def _call(self, what: str, awaitable: Awaitable[T], timeout: float | None = None) -> T:
-        """Await an etcd call; failures become StoreError naming the URL."""
+        """Await an etcd call; failures become StoreError naming the URL, and move the
+        store to the next URL (:meth:`_next_endpoint`) once it is open."""
+        client, url = self._client, self._url
         try:
             return await asyncio.wait_for(awaitable, timeout or self._rpc_timeout + 1)
         except _ETCD_ERRORS as exc:
             detail = str(exc) or type(exc).__name__
-            raise StoreError(f"etcd {self._url}: {what} failed: {detail}") from exc
+            if self._opened and client is self._client:  # not already moved by a concurrent call
+                await self._next_endpoint()
+            raise StoreError(f"etcd {url}: {what} failed: {detail}") from exc
+
+    async def _next_endpoint(self) -> None:
+        """Switch to the next URL of ``urls``. The old channel is closed once the calls still
+        in flight on it have timed out (closing it at once would cancel them, and a cancelled
+        call is not an error the callers expect); they do not move the store again."""
+        if len(self._urls) < 2:
+            return
+        old = self._client
+        self._index = (self._index + 1) % len(self._urls)
+        host, port = self._urls[self._index]
+        self._url = f"{self._scheme}://{host}:{port}"
+        self._client = _etcd_client(host, port, self._rpc_timeout, self._tls)
+        log.warning("etcd: the next calls go to %s", self._url)
+        task = asyncio.create_task(self._retire(old), name="etcd-close-old-channel")
+        self._retiring[task] = old
+
+    async def _retire(self, client: Any) -> None:
+        await asyncio.sleep(self._rpc_timeout + 2)
+        try:
+            await client.close()
+        except _ETCD_ERRORS as exc:  # the channel is gone either way
+            log.debug("closing the old etcd channel: %s", exc)
+        finally:
+            self._retiring.pop(asyncio.current_task(), None)  # type: ignore[arg-type]
 
     async def open(self) -> int:
         errors: list[str] = []
-        for host, port in self._urls:
-            self._url = f"{self._scheme}://{host}:{port}"
+        for index, (host, port) in enumerate(self._urls):
+            self._index, self._url = index, f"{self._scheme}://{host}:{port}"
             client = _etcd_client(host, port, self._rpc_timeout, self._tls)
             self._client = client
             try:
@@ -134,7 +173,9 @@ class EtcdStore:
                 errors.append(str(exc))
                 await client.close()
                 continue
-            return await self._cluster_id()
+            cluster_id = await self._cluster_id()
+            self._opened = True
+            return cluster_id
         self._client = None
         urls = ", ".join(f"{self._scheme}://{h}:{p}" for h, p in self._urls)
         raise StoreUnavailable(f"cannot reach etcd at {urls}: {'; '.join(errors)}")
@@ -164,6 +205,11 @@ class EtcdStore:
             log.warning("giving up leadership on close: %s", exc)
         await self._client.close()
         self._client = None
+        self._opened = False
+        for task, client in list(self._retiring.items()):
+            task.cancel()
+            await client.close()
+        self._retiring.clear()
 
     # -- leadership ---------------------------------------------------------------
 

@@ -26,7 +26,7 @@ from bridge.apps.meta.metrics import member_registry, node_labels
 from bridge.apps.meta.store import MetaStore
 from bridge.auth import resolve_token, use_cluster_token
 from bridge.errors import BridgeError, ClusterMismatch, NodeIdTaken, NotLeader, ProtocolError
-from bridge.grpcutil import add_port, channel_options, server_interceptors
+from bridge.grpcutil import add_port, channel_options, server_interceptors, use_keepalive
 from bridge.meta.client import LEADER_METADATA_KEY
 from bridge.proto import meta_pb2, meta_pb2_grpc
 from bridge.status_http import StatusServer, server_ssl_context
@@ -158,9 +158,10 @@ class MetaServer:
     async def start(self) -> None:
         """Bind, open the store, make a first leadership attempt, then serve."""
         config = self.config
+        use_keepalive(config.keepalive)
         # No SO_REUSEPORT: a second meta on the same address must fail, not share it.
         server = grpc.aio.server(
-            options=[*channel_options(), ("grpc.so_reuseport", 0)],
+            options=[*channel_options(keepalive=config.keepalive), ("grpc.so_reuseport", 0)],
             interceptors=[*use_cluster_token(config.cluster_token), *server_interceptors(config.security)],
         )
         port = add_port(server, config.addr, config.security)

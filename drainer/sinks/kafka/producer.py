@@ -30,8 +30,8 @@ from bridge.kafkaclient import redacted
 from bridge.sink.acks import AckTracker, Batch, Failure
 from bridge.sink.batching import Warnings
 from bridge.sink.errors import SinkApplyError, SinkError, SinkUnavailable
-from drainer.sinks.kafka import metrics
 from drainer.sinks.kafka.config import KafkaSinkConfig, producer_settings
+from drainer.sinks.kafka.metrics import KafkaMetrics
 from drainer.sinks.kafka.topics import TableTopics
 
 log = logging.getLogger(__name__)
@@ -119,9 +119,23 @@ class ProducerLink:
         self.pace = Pace(config.linger, FILL_MESSAGES)
         self._retries_seen = 0
         self._requests_seen = 0  # Produce requests the statistics counted so far (see _on_stats)
+        self._metrics: KafkaMetrics | None = None  # the sink's context's (use_metrics)
         self._counted: dict[tuple[str, str], Any] = {}
         self._bytes: dict[str, Any] = {}
         self._tally: dict[tuple[str, str], list[int]] = {}  # acknowledged messages, bytes: see count
+
+    @property
+    def metrics(self) -> KafkaMetrics:
+        if self._metrics is None:
+            raise SinkError("kafka sink: not open")
+        return self._metrics
+
+    def use_metrics(self, metrics: KafkaMetrics) -> None:
+        """Count into ``metrics`` from now on (the sink opened with a context naming their registry)."""
+        if metrics is not self._metrics:
+            self._metrics = metrics
+            self._counted.clear()
+            self._bytes.clear()
 
     # -- the producer ----------------------------------------------------------
 
@@ -318,7 +332,7 @@ class ProducerLink:
     ) -> None:
         latency = message.latency()
         if latency is not None:
-            metrics.DELIVERY_SECONDS.observe(latency)
+            self.metrics.delivery_seconds.observe(latency)
         topic = message.topic() or ""
         if error is None:
             self.count(topic, kind, size, 0 if kind == "schema" else batch.commit_ts, message)
@@ -335,7 +349,7 @@ class ProducerLink:
         self.tracker.failed(batch, failure)
 
     def delivery_error(self, error: KafkaError, topic: str, kind: str) -> None:
-        metrics.DELIVERY_ERRORS.labels(error.name()).inc()
+        self.metrics.delivery_errors.labels(error.name()).inc()
         if error.code() in _UNKNOWN_TOPIC:
             self.topics.admin.forget(topic)  # made again before the next message to it
         if error.fatal() or error.code() in _FENCED:
@@ -369,8 +383,8 @@ class ProducerLink:
                 continue
             counter = self._counted.get((topic, kind))
             if counter is None:
-                counter = self._counted[(topic, kind)] = metrics.MESSAGES.labels(topic, kind)
-                self._bytes[topic] = metrics.BYTES.labels(topic)
+                counter = self._counted[(topic, kind)] = self.metrics.messages.labels(topic, kind)
+                self._bytes[topic] = self.metrics.bytes.labels(topic)
             counter.inc(tally[0])
             self._bytes[topic].inc(tally[1])
             tally[0] = tally[1] = 0
@@ -399,9 +413,9 @@ class ProducerLink:
         except (ValueError, TypeError, AttributeError):
             return
         if retries > self._retries_seen:
-            metrics.PRODUCER_RETRIES.inc(retries - self._retries_seen)
+            self.metrics.producer_retries.inc(retries - self._retries_seen)
         self._retries_seen = retries
         if requests < self._requests_seen:  # a new producer counts from 0
             self._requests_seen = 0
-        metrics.PRODUCE_REQUESTS.inc(requests - self._requests_seen)
+        self.metrics.produce_requests.inc(requests - self._requests_seen)
         self._requests_seen = requests

@@ -26,6 +26,9 @@ How it works:
   again (duplicates are part of the contract); refusals that retrying cannot
   mend (a message too large, authorization) raise :class:`SinkApplyError`
   naming the table and commit_ts.
+- A write that fails retriably (the queue full too long, a producer that failed
+  fatally) is latched as by any :class:`~bridge.sink.batching.BatchingSink`:
+  the writes until the next flush are dropped, and that flush fails.
 - Watermarks are published at most every ``resolved-interval`` while writing
   and after every flush that moved the acknowledged position, only for
   positions the brokers acknowledged.
@@ -56,13 +59,13 @@ from bridge.kafkaclient import redact_url
 from bridge.proto import row_pb2
 from bridge.schema import table_name
 from bridge.sink.acks import AckTracker, Failure
-from bridge.sink.batching import Warnings
-from bridge.sink.contract import Sink, SinkContext
-from bridge.sink.errors import SinkApplyError, SinkUnavailable
+from bridge.sink.batching import BatchingSink, metrics_for
+from bridge.sink.contract import SinkContext
+from bridge.sink.errors import SinkApplyError, SinkError, SinkUnavailable
 from bridge.sink.events import DDLEvent, Event, ResolvedEvent, RowChange, TxnEvent
-from drainer.sinks.kafka import metrics
 from drainer.sinks.kafka.config import admin_settings, load_config, producer_settings
 from drainer.sinks.kafka.encoding import Encoder, SchemaPublisher, header_length
+from drainer.sinks.kafka.metrics import KafkaMetrics
 from drainer.sinks.kafka.producer import Headers, ProducerLink, message_size
 from drainer.sinks.kafka.rows import COMMIT_TS, POS, ROW_KIND, Table, Txn, encode_row, source_of
 from drainer.sinks.kafka.topics import TableTopics, TopicAdmin, TopicNames, TopicSpec
@@ -87,21 +90,21 @@ def _with_last(changes: Iterator[RowChange]) -> Iterator[tuple[RowChange, bool]]
         yield previous, True
 
 
-class KafkaSink(Sink):
+class KafkaSink(BatchingSink):
     """See the module docstring. Built as ``KafkaSink(config_table, data_dir)``."""
 
     name = "kafka"
 
     def __init__(self, config_table: Mapping[str, Any], data_dir: Path) -> None:
+        super().__init__(logging.getLogger("drainer.sinks.kafka.producer"))  # warnings where they were
         self.config = config = load_config(config_table)
         self.names = TopicNames(config.prefix, config.topic_template, config.topic_router)
         self.cluster_id = 0  # the cluster replicated: source.cluster_id of every message (from open)
         self._admin = TopicAdmin(admin_settings(config), min(config.delivery_timeout, 30.0))
         spec = TopicSpec(config.partitions, config.replication_factor)
         self.topics = TableTopics(self.names, self._admin, spec, config.partition_by, header_length(config))
-        self._warn = Warnings(logging.getLogger("drainer.sinks.kafka.producer"))  # where they were
         self._tracker = AckTracker()
-        self.link = ProducerLink(config, self._tracker, self.topics, self._warn)
+        self.link = ProducerLink(config, self._tracker, self.topics, self.warn)
         self.schemas = SchemaPublisher(self.link, self._admin, self.names.schemas, config.replication_factor)
         self.encoder = Encoder(config, self.schemas.publish)
         self.watermarks = Watermarks(self.link, self.topics, config.resolved_interval)
@@ -150,10 +153,12 @@ class KafkaSink(Sink):
         super().open(context)
         resume_ts = context.resume_ts
         self.cluster_id = context.cluster_id
+        self.link.use_metrics(metrics_for(context.metrics_registry, KafkaMetrics))
         if not self.link.started:
             self.link.start()
         self.encoder.start()
         self._tracker.restart(resume_ts)
+        self.latch.take()  # a failure of before this open is no concern of it
         self.watermarks.restart(resume_ts)
         for schema in context.tables:
             self.topics.remember(schema.db, schema.table)
@@ -173,17 +178,17 @@ class KafkaSink(Sink):
             "single-object" if self.single_object else f"schema registry {registry}",
         )
 
-    def write(self, events: Sequence[Event]) -> None:
+    def write_batch(self, events: Sequence[Event]) -> None:
+        """Produce ``events``' messages; their delivery failures come in reports, which the flush reads."""
         link = self.link
         produced = link.produced
         if link.fatal is not None:
-            # Nothing the old producer holds will be delivered: the position stops where it is, so
-            # the next flush fails and the drainer writes every unflushed event again, through the
-            # new producer (without this, a write refused by a dead producer was retried forever).
-            self._tracker.fail(
-                Failure(self._tracker.acked, "", "", f"the producer failed: {link.fatal.name()}", True)
-            )
+            # Nothing the old producer holds will be delivered: a new one takes over at once, and this
+            # write fails (latched), so the next flush fails and the drainer writes every unflushed
+            # event again, through the new producer (a write refused by a dead producer is never retried).
+            error = f"kafka sink: the producer failed ({link.fatal.name()}); what it held is written again"
             link.replace()
+            raise SinkUnavailable(error)
         if self.schemas.republish:
             self.schemas.publish_again()
         for event in events:
@@ -195,15 +200,17 @@ class KafkaSink(Sink):
                 self._tracker.close(self._tracker.begin(event.commit_ts))
         link.sent(link.produced - produced)
         self.watermarks.publish(force=False)
-        metrics.QUEUE_MESSAGES.set(len(link.producer))
+        link.metrics.queue_messages.set(len(link.producer))
 
-    def flush(self) -> int:
+    def flush_batch(self) -> int:
+        """Wait for every delivery report: the acknowledged position, or the first failed delivery
+        raised (a refused one rolled back here, a retriable one by :meth:`recover`)."""
         link = self.link
         producer = link.producer
         started = time.monotonic()
         deadline = started + self.config.delivery_timeout + 30.0
         while link.serve(producer.flush, 1.0) > 0:
-            metrics.QUEUE_MESSAGES.set(len(producer))
+            link.metrics.queue_messages.set(len(producer))
             if link.fatal is not None:
                 break  # this producer delivers nothing more; a new one takes over below
             now = time.monotonic()
@@ -211,36 +218,47 @@ class KafkaSink(Sink):
                 overdue = "delivery reports overdue past delivery-timeout"
                 self._tracker.fail(Failure(self._tracker.acked, "", "", overdue, True))
                 break
-            self._warn(
+            self.warn(
                 "flush",
                 "kafka sink: flush waits for %d messages (%.0fs so far); the checkpoint stays at %d",
                 len(producer),
                 now - started,
                 self._tracker.acked,
             )
-        metrics.QUEUE_MESSAGES.set(len(producer))
+        link.metrics.queue_messages.set(len(producer))
         failure = self._tracker.failure
         if failure is not None:
-            self._failed_flush(failure)
+            error = self._delivery_error(failure)
+            if not error.retriable:
+                self._roll_back(error)
+            raise error
         position = self._tracker.acked
-        metrics.ACKED_TS.set(position)
+        link.metrics.acked_ts.set(position)
         self.watermarks.publish(force=True)
         return position
 
-    def _failed_flush(self, failure: Failure) -> None:
+    def _delivery_error(self, failure: Failure) -> SinkError:
+        where = f"kafka sink: commit_ts {failure.commit_ts}: table {failure.table or '-'}"
+        target = f" to {failure.where}" if failure.where else ""
+        if not failure.retriable:
+            return SinkApplyError(f"{where}: delivery{target} refused: {failure.error}")
+        return SinkUnavailable(
+            f"{where}: delivery{target} failed: {failure.error}; the checkpoint stays at commit_ts "
+            f"{self._tracker.acked} and the unflushed events are written again"
+        )
+
+    def recover(self, failure: SinkError) -> SinkError:
+        """After a retriable failure: every batch is forgotten (acknowledgments of them are ignored),
+        schemas not yet acknowledged go out again, a producer that failed fatally is replaced."""
+        self._roll_back(failure)
+        return super().recover(failure)
+
+    def _roll_back(self, failure: SinkError) -> None:
         self._tracker.reset()
         self.schemas.flush_failed()
         if self.link.fatal is not None:
             self.link.replace()
-        where = f"kafka sink: commit_ts {failure.commit_ts}: table {failure.table or '-'}"
-        target = f" to {failure.where}" if failure.where else ""
-        metrics.FLUSH_FAILURES.labels(str(failure.retriable).lower()).inc()
-        if not failure.retriable:
-            raise SinkApplyError(f"{where}: delivery{target} refused: {failure.error}")
-        raise SinkUnavailable(
-            f"{where}: delivery{target} failed: {failure.error}; the checkpoint stays at commit_ts "
-            f"{self._tracker.acked} and the unflushed events are written again"
-        )
+        self.link.metrics.flush_failures.labels(str(failure.retriable).lower()).inc()
 
     def close(self) -> None:
         if not self.link.started:
@@ -334,7 +352,7 @@ class KafkaSink(Sink):
         )
         if message_size(key, value, []) + 64 > limit:
             raise SinkApplyError(f"{where}: even the key-only {kind} message is larger than {limit} bytes")
-        self._warn(
+        self.warn(
             f"oversize:{topic}",
             "%s: a %s message of %d bytes is larger than max-message-bytes (%d); sent key-only",
             where,

@@ -16,7 +16,6 @@ import time
 from confluent_kafka import KafkaError, Message
 
 from bridge.sink.errors import SinkError
-from drainer.sinks.kafka import metrics
 from drainer.sinks.kafka.producer import Headers, ProducerLink, message_size
 from drainer.sinks.kafka.topics import TableTopics
 
@@ -59,12 +58,12 @@ class Watermarks:
             for partition in range(admin.partitions.get(topic, 0)):
                 self._link.send(topic, partition, None, None, headers, report, None)
         self.published, self._at = position, now
-        metrics.RESOLVED_TS.set(position)
+        self._link.metrics.resolved_ts.set(position)
 
     def _on_delivery(self, size: int, position: int, error: KafkaError | None, message: Message) -> None:
         latency = message.latency()
         if latency is not None:
-            metrics.DELIVERY_SECONDS.observe(latency)
+            self._link.metrics.delivery_seconds.observe(latency)
         if error is None:
             self._link.count(message.topic() or "", "resolved", size, position, message)
         else:

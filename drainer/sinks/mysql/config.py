@@ -86,10 +86,19 @@ class MySQLSinkConfig:
     )
     connect_timeout: float = field(default=5.0, metadata={"duration": True, "help": "connect timeout"})
     read_timeout: float = field(
-        default=600.0,
+        default=120.0,
         metadata={
             "duration": True,
-            "help": "how long a statement's answer may take (0: no limit); DDL included",
+            "help": "how long the answer to one statement of a batch (or its COMMIT) may take: a "
+            "blackholed or stalled downstream is reported after it (0: no limit); above the "
+            "server's lock wait timeout (50s by default); a DSN's ?read_timeout= overrides it",
+        },
+    )
+    ddl_read_timeout: float = field(
+        default=3600.0,
+        metadata={
+            "duration": True,
+            "help": "how long the answer to one DDL statement may take (a long ALTER TABLE); 0: no limit",
         },
     )
     write_timeout: float = field(default=60.0, metadata={"duration": True, "help": "socket write timeout"})
@@ -130,8 +139,12 @@ class MySQLSinkConfig:
             raise ConfigError("sink.mysql.progress-schema: a database name without backticks")
         if "NO_BACKSLASH_ESCAPES" in self.sql_mode.upper():
             raise ConfigError("sink.mysql.sql-mode: NO_BACKSLASH_ESCAPES is not supported (text is escaped)")
-        if self.read_timeout and self.read_timeout < 1:
-            raise ConfigError("sink.mysql.read-timeout: at least 1s (or 0 for no limit)")
+        for key, timeout in (
+            ("read-timeout", self.read_timeout),
+            ("ddl-read-timeout", self.ddl_read_timeout),
+        ):
+            if timeout < 0 or (timeout and timeout < 1):
+                raise ConfigError(f"sink.mysql.{key}: at least 1s (or 0 for no limit), got {timeout:g}s")
 
     def processes(self) -> int:
         """``worker-processes`` as a number: ``"auto"`` resolved for this machine (:func:`auto_processes`)."""

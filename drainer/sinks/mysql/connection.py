@@ -38,7 +38,15 @@ from bridge.dsn import Dsn
 from bridge.mysql import RETRIABLE_CODES, close_quietly, error_code, is_retriable
 from bridge.sink.errors import SinkApplyError, SinkError, SinkUnavailable
 
-__all__ = ["ConnectSettings", "close_quietly", "describe", "error_code", "is_retriable", "translate_error"]
+__all__ = [
+    "ConnectSettings",
+    "close_quietly",
+    "describe",
+    "error_code",
+    "is_retriable",
+    "timeout_error",
+    "translate_error",
+]
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +62,15 @@ class ConnectSettings:
     write_timeout: float
     sql_mode: str
     foreign_key_checks: bool
+
+    @property
+    def applied_read_timeout(self) -> float:
+        """The read timeout the connections get: the DSN's ``?read_timeout=``, else ``read-timeout``."""
+        return float(self.dsn.param("read_timeout") or self.read_timeout)
+
+    @property
+    def applied_write_timeout(self) -> float:
+        return float(self.dsn.param("write_timeout") or self.write_timeout)
 
     def connect(self, autocommit: bool) -> Any:
         """A new connection; raises pymysql errors (callers translate them)."""
@@ -97,6 +114,17 @@ def describe(exc: BaseException) -> str:
     if code in RETRIABLE_CODES:  # connection and locking messages carry no values: keep them whole
         return f"({code}) {text}"
     return f"({code}) {redact(text)}" if code is not None else f"{type(exc).__name__}: {redact(text)}"
+
+
+def timeout_error(exc: BaseException, where: str, settings: ConnectSettings, shape: str = "") -> SinkError:
+    """A read or write that reached its timeout (:func:`bridge.mysql.timed_out`), named with the
+    timeout that applied: retriable, as the link may come back."""
+    statement = f"; statement: {shape}" if shape else ""
+    return SinkUnavailable(
+        f"{where}: no answer within read-timeout {settings.applied_read_timeout:g}s "
+        f"(write-timeout {settings.applied_write_timeout:g}s): the link to the downstream is cut "
+        f"or the server is stalled: {describe(exc)}{statement}"
+    )
 
 
 def translate_error(exc: BaseException, where: str, shape: str = "") -> SinkError:

@@ -9,7 +9,8 @@ every earlier event committed, so either row proves every event before it
 applied: a restart after a crash between a DDL and its "applied" row skips
 the events before it (their images may name columns the DDL dropped) and
 runs the DDL again (replay-safe on MariaDB: ``IF [NOT] EXISTS``). The control connection is
-autocommit and idles between DDLs, so it is pinged before each use.
+autocommit and idles between DDLs, so it is pinged before each use. Its reads wait at most the
+sink's read timeout, except a DDL statement's, which waits ``ddl-read-timeout``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from bridge.mysql import read_timeout
 from bridge.proto import row_pb2
 from bridge.sink.errors import SinkApplyError, SinkError
 from bridge.sink.events import DDLEvent
@@ -44,8 +46,11 @@ class Progress:
 class Control:
     """The control connection of one sink; raises the driver's errors (``DB_ERRORS``) as they come."""
 
-    def __init__(self, settings: ConnectSettings, progress_schema: str) -> None:
+    def __init__(
+        self, settings: ConnectSettings, progress_schema: str, ddl_read_timeout: float = 3600.0
+    ) -> None:
         self.settings = settings
+        self.ddl_read_timeout = ddl_read_timeout
         self.progress_schema = progress_schema
         self.progress_ref = f"{quote(progress_schema)}.`sink_progress`"
         self.ddl = MySQLDDL("mariadb")  # until the server's version is known
@@ -145,8 +150,9 @@ class Control:
                 # Recorded first: a crash while the statements run (the server finishes a DDL whose
                 # client died) or before the row below leaves proof that everything earlier applied.
                 cur.execute(self.progress_sql(), (cluster_id, DDL_STARTED_WORKER, event.commit_ts, 0))
-                for statement in statements:
-                    cur.execute(statement)
+                with read_timeout(conn, self.ddl_read_timeout):
+                    for statement in statements:
+                        cur.execute(statement)
                 cur.execute(self.progress_sql(), (cluster_id, DDL_WORKER, event.commit_ts, 0))
         except errors as exc:
             self.drop()

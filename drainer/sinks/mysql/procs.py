@@ -62,9 +62,9 @@ from multiprocessing.process import BaseProcess
 from typing import Any, NamedTuple, cast
 
 from bridge.sink.errors import SinkApplyError, SinkError, SinkUnavailable
-from drainer.sinks.mysql import metrics
 from drainer.sinks.mysql.batch import Batch, Op, Unit, units
 from drainer.sinks.mysql.connection import ConnectSettings
+from drainer.sinks.mysql.metrics import WORKER_COUNTERS, WORKER_HISTOGRAMS, WorkerMetrics
 from drainer.sinks.mysql.translate import TableWriter
 from drainer.sinks.mysql.wire import ChildTables
 from drainer.sinks.mysql.workers import Barrier, Worker
@@ -137,8 +137,6 @@ class WorkerSpec:
 # -- the child ------------------------------------------------------------------------------
 
 PARENT_GONE = 3  # a child's exit code when it saw the sink's process go
-COUNTERS = ("ROWS", "RETRIES", "DEADLOCKS")  # the metrics a worker adds to (drainer.sinks.mysql.metrics)
-HISTOGRAMS = ("STATEMENT_SECONDS", "BATCH_ROWS", "COMMIT_SECONDS")
 Recorded = list[tuple[str, tuple[str, ...], float]]  # (metric, labels, amount or observed value)
 
 
@@ -152,21 +150,28 @@ class _Recorder:
     def labels(self, *values: str) -> _Recorder:
         return _Recorder(self.name, self.kept, values)
 
-    def inc(self, amount: float = 1.0) -> None:
+    def inc(self, amount: float = 1) -> None:
         self.kept.append((self.name, self._labels, amount))
 
-    def observe(self, value: float) -> None:
-        self.kept.append((self.name, self._labels, value))
+    def observe(self, amount: float) -> None:
+        self.kept.append((self.name, self._labels, amount))
 
 
-def _record(recorded: Recorded) -> None:
-    """Add what a child's workers recorded to this process's metrics."""
+def _recording(recorded: Recorded) -> WorkerMetrics:
+    """A child's worker metrics: each keeps what is added or observed in ``recorded``."""
+    return WorkerMetrics(
+        **{name: _Recorder(name, recorded) for name in (*WORKER_COUNTERS, *WORKER_HISTOGRAMS)}
+    )
+
+
+def _record(recorded: Recorded, metrics: WorkerMetrics) -> None:
+    """Add what a child's workers recorded to this process's ``metrics``."""
     for name, labels, amount in recorded:
         metric = getattr(metrics, name)
         target = metric.labels(*labels) if labels else metric
-        if name in COUNTERS:
+        if name in WORKER_COUNTERS:
             target.inc(amount)
-        elif name in HISTOGRAMS:
+        elif name in WORKER_HISTOGRAMS:
             target.observe(amount)
 
 
@@ -191,8 +196,7 @@ def child_main(conn: Connection, lifeline: Connection, numbers: tuple[int, ...],
         level=spec.log_level, format="%(asctime)s %(levelname)s %(name)s (worker process): %(message)s"
     )
     recorded: Recorded = []
-    for name in (*COUNTERS, *HISTOGRAMS):
-        setattr(metrics, name, _Recorder(name, recorded))  # this process's metrics are never served
+    metrics = _recording(recorded)  # this process's metrics are never served
     stop = threading.Event()
     tables = ChildTables()
     workers = {
@@ -205,6 +209,7 @@ def child_main(conn: Connection, lifeline: Connection, numbers: tuple[int, ...],
             cluster_id=spec.cluster_id,
             retry_max=spec.retry_max,
             stop=stop,
+            metrics=metrics,
         )
         for number in numbers
     }
@@ -274,8 +279,9 @@ class RemoteWorker:
 class WorkerProcess:
     """One child process running the workers ``numbers`` (a :class:`workers.Group`)."""
 
-    def __init__(self, index: int, numbers: Sequence[int], spec: WorkerSpec) -> None:
+    def __init__(self, index: int, numbers: Sequence[int], spec: WorkerSpec, metrics: WorkerMetrics) -> None:
         self.index, self.numbers, self.spec = index, tuple(numbers), spec
+        self.metrics = metrics  # what the child's workers recorded is added here
         self.error: SinkError | None = None  # set once the child is known dead
         self._conn: Connection | None = None
         self._lifeline: Connection | None = None  # never written: the child's EOF when we are gone
@@ -340,7 +346,7 @@ class WorkerProcess:
                     wait([self._conn, self._proc.sentinel])  # its answer, or its exit
                 if self._conn.poll():
                     _, errors, recorded = self._conn.recv()
-                    _record(recorded)
+                    _record(recorded, self.metrics)
                     return [_ERRORS.get(name, SinkError)(text) for name, text in errors]
             except (EOFError, OSError):
                 pass
@@ -382,6 +388,11 @@ class WorkerProcess:
         self._conn = self._lifeline = None
 
 
-def make_groups(worker_count: int, processes: int, spec: WorkerSpec) -> list[WorkerProcess]:
+def make_groups(
+    worker_count: int, processes: int, spec: WorkerSpec, metrics: WorkerMetrics
+) -> list[WorkerProcess]:
     """``processes`` groups for keyed workers ``0..worker_count-1`` (worker w in group w % processes)."""
-    return [WorkerProcess(index, range(index, worker_count, processes), spec) for index in range(processes)]
+    return [
+        WorkerProcess(index, range(index, worker_count, processes), spec, metrics)
+        for index in range(processes)
+    ]

@@ -62,16 +62,17 @@ from bridge.config import build
 from bridge.errors import ProtocolError
 from bridge.proto import row_pb2
 from bridge.rowcodec import RowCodec
-from bridge.sink.batching import BatchingSink
+from bridge.sink.batching import BatchingSink, metrics_for
 from bridge.sink.contract import SinkContext
 from bridge.sink.errors import SinkError
 from bridge.sink.events import DDLEvent, Event, ResolvedEvent, TxnEvent
-from drainer.sinks.mysql import metrics, preflight, procs
+from drainer.sinks.mysql import preflight, procs
 from drainer.sinks.mysql.batch import Op
 from drainer.sinks.mysql.causality import Causality, Key
 from drainer.sinks.mysql.config import MySQLSinkConfig, usable_cores
 from drainer.sinks.mysql.connection import ConnectSettings, translate_error
 from drainer.sinks.mysql.control import KEYLESS_WORKER, Control
+from drainer.sinks.mysql.metrics import MySQLMetrics
 from drainer.sinks.mysql.translate import Table, Tables
 from drainer.sinks.mysql.wire import WireOp, sparse_keys, unfit
 from drainer.sinks.mysql.workers import DB_ERRORS, Slot, Worker, WorkerPool
@@ -104,7 +105,7 @@ class MySQLSink(BatchingSink):
         self._pool = WorkerPool(config.batch_rows, config.batch_updates)
         self._causality = Causality(config.worker_count)
         self._max_keys = max(1 << 18, config.worker_count * config.txn_rows * 4)
-        self._control = Control(self.settings, config.progress_schema)
+        self._control = Control(self.settings, config.progress_schema, config.ddl_read_timeout)
         self._forced_safe = False
         self._committed = 0  # every event at or below is committed downstream
         self._complete = 0  # every event at or below is dispatched (or applied, for DDL)
@@ -115,9 +116,17 @@ class MySQLSink(BatchingSink):
         self._ddl_done = self._ddl_started = 0
         self._reload_progress = False
         self._opened = False
+        self._metrics: MySQLMetrics | None = None  # the context's (from open)
         self.rows_dispatched = 0
         self._rows_at_flush = 0
         self.conflict_flushes = 0
+
+    @property
+    def metrics(self) -> MySQLMetrics:
+        """The sink's metrics, in the registry of the context it was opened with."""
+        if self._metrics is None:
+            raise SinkError("mysql sink: not open")
+        return self._metrics
 
     # -- protocol ----------------------------------------------------------------
 
@@ -132,7 +141,8 @@ class MySQLSink(BatchingSink):
         resume_ts = context.resume_ts
         self.cluster_id = context.cluster_id
         self._forced_safe = context.safe_mode
-        metrics.SAFE_MODE.set(1 if context.safe_mode or self.config.safe_mode else 0)
+        self._metrics = metrics_for(context.metrics_registry, MySQLMetrics)
+        self._metrics.safe_mode.set(1 if context.safe_mode or self.config.safe_mode else 0)
         try:
             conn = self._control.conn(DB_ERRORS)
             self._control.setup(conn)
@@ -255,7 +265,7 @@ class MySQLSink(BatchingSink):
                 if not table.writer.keyed:
                     seq += 1
                     if (commit_ts, seq) <= keyless_done:
-                        metrics.SKIPPED.labels("keyless_row").inc()
+                        self.metrics.skipped.labels("keyless_row").inc()
                         continue
                     target = keyless_worker
                     if codec is not None:
@@ -288,7 +298,7 @@ class MySQLSink(BatchingSink):
         """Note a transaction's dispatch; whether it is written in safe mode."""
         safe = self._safe(commit_ts)
         self._dispatched_high = max(self._dispatched_high, commit_ts)
-        metrics.SAFE_MODE.set(1 if safe else 0)
+        self.metrics.safe_mode.set(1 if safe else 0)
         return safe
 
     def _table(self, schema: row_pb2.TableSchema) -> Table:
@@ -338,7 +348,7 @@ class MySQLSink(BatchingSink):
 
     def _barrier(self, reason: str) -> bool:
         """Every worker commits what it was given; False when one failed (a failure latched)."""
-        metrics.FLUSHES.labels(reason).inc()
+        self.metrics.flushes.labels(reason).inc()
         errors = self._pool.commit()
         if errors:
             for error in errors:
@@ -350,7 +360,7 @@ class MySQLSink(BatchingSink):
             rows = self.rows_dispatched - self._rows_at_flush
             self._rows_at_flush = self.rows_dispatched
             self._causality.reset(-(-rows // self.config.batch_rows))
-            metrics.ACTIVE_WORKERS.set(self._causality.active)
+            self.metrics.active_workers.set(self._causality.active)
         else:
             self._causality.reset()
         self._committed = self._complete
@@ -358,7 +368,7 @@ class MySQLSink(BatchingSink):
 
     def recover(self, failure: SinkError) -> SinkError:
         """Roll every worker back and return to the last committed position (after a retriable failure)."""
-        metrics.RETRIES.labels("sink").inc()
+        self.metrics.retries.labels("sink").inc()
         self._pool.rollback()
         self._causality.reset()
         self._replay_high = max(self._replay_high, self._dispatched_high)
@@ -405,6 +415,7 @@ class MySQLSink(BatchingSink):
                 cluster_id=self.cluster_id,
                 retry_max=config.retry_max,
                 stop=self._pool.stop,
+                metrics=self.metrics.worker,
             )
 
         if not self.processes:
@@ -420,7 +431,7 @@ class MySQLSink(BatchingSink):
             logging.getLogger().getEffectiveLevel(),
             max(30.0, config.read_timeout),
         )
-        groups = procs.make_groups(config.worker_count, self.processes, spec)
+        groups = procs.make_groups(config.worker_count, self.processes, spec, self.metrics.worker)
         slots = {slot.number: slot for group in groups for slot in group.slots()}
         keyed: list[Slot] = [slots[n] for n in range(config.worker_count)]
         self._pool.start([*keyed, worker(KEYLESS_WORKER)], groups)
@@ -436,7 +447,7 @@ class MySQLSink(BatchingSink):
         if not self._barrier("ddl"):
             return
         if event.commit_ts <= self._ddl_done:
-            metrics.SKIPPED.labels("ddl").inc()
+            self.metrics.skipped.labels("ddl").inc()
             log.info("mysql sink: DDL at commit_ts %d was applied before; skipped", event.commit_ts)
         elif not self._run_ddl(event):
             return

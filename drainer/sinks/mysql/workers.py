@@ -19,6 +19,10 @@ A deadlock, a lock wait timeout or a lost connection while applying (not
 while committing: then the outcome is unknown) makes the worker roll back and
 apply every change since its last commit again, up to ``LOCAL_RETRIES``
 times with a short backoff; the ops since the last commit are kept for that.
+A read or write that reached its timeout is not applied again here: each try
+would wait the whole timeout once more (a blackholed link: the first report
+came after six of them), so it is reported at once and the sink's own retry
+takes over; the error names the timeout that applied.
 Otherwise the first error a worker meets is kept (translated by
 :func:`~drainer.sinks.mysql_conn.translate_error`); the worker rolls back,
 drops a broken connection, discards further ops and reports the error at the
@@ -36,11 +40,12 @@ from typing import Any, Protocol, cast
 
 import pymysql
 
+from bridge.mysql import timed_out
 from bridge.retry import Backoff
 from bridge.sink.errors import SinkApplyError, SinkError
-from drainer.sinks.mysql import metrics
 from drainer.sinks.mysql.batch import STATEMENT_BYTES, Batch, Unit, units
-from drainer.sinks.mysql.connection import ConnectSettings, close_quietly, translate_error
+from drainer.sinks.mysql.connection import ConnectSettings, close_quietly, timeout_error, translate_error
+from drainer.sinks.mysql.metrics import WorkerMetrics
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +92,7 @@ class Worker(threading.Thread):
         cluster_id: int,
         retry_max: float,
         stop: threading.Event,
+        metrics: WorkerMetrics,
         queue_size: int = 8,
     ) -> None:
         super().__init__(name=f"mysql-sink-worker-{number}", daemon=True)
@@ -96,6 +102,7 @@ class Worker(threading.Thread):
         self.txn_rows = txn_rows
         self.progress_sql = progress_sql
         self.cluster_id = cluster_id
+        self.metrics = metrics
         self.jobs: queue.Queue[Job | Barrier | None] = queue.Queue(maxsize=queue_size)
         self.error: SinkError | None = None
         self.conn: Any = None
@@ -181,6 +188,7 @@ class Worker(threading.Thread):
                 if (
                     not error.retriable
                     or failed.in_commit
+                    or failed.timed_out
                     or attempt >= LOCAL_RETRIES
                     or self._stop_event.is_set()
                 ):
@@ -189,9 +197,9 @@ class Worker(threading.Thread):
                     self._pending = 0
                     return
                 attempt += 1
-                metrics.RETRIES.labels("worker").inc()
+                self.metrics.retries.labels("worker").inc()
                 if _is_deadlock(failed.__cause__):
-                    metrics.DEADLOCKS.inc()
+                    self.metrics.deadlocks.inc()
                 log.info(
                     "%s; worker %d applies its %d uncommitted changes again (attempt %d)",
                     error,
@@ -210,11 +218,12 @@ class Worker(threading.Thread):
         self._failing = None
         try:
             conn = self._connection()
+            rows = self.metrics.rows
             with conn.cursor() as cur:
                 for unit in held[start:]:
                     self._run_unit(cur, unit)
                     for (table, kind), count in unit.counts.items():
-                        metrics.ROWS.labels(table, kind).inc(count)
+                        rows.labels(table, kind).inc(count)
                     index += 1
                     self._pending += unit.ops
                     self._high_ts = max(self._high_ts, unit.high_ts)
@@ -224,7 +233,7 @@ class Worker(threading.Thread):
                             self._commit(conn)
                         except DB_ERRORS as exc:
                             raise _Failed(
-                                translate_error(exc, self._where("COMMIT")), in_commit=True
+                                self._translate(exc, self._where("COMMIT")), in_commit=True
                             ) from exc
                         del held[:index]
                         index = 0
@@ -232,8 +241,8 @@ class Worker(threading.Thread):
             batch = self._failing
             if batch is not None:
                 where = f"mysql sink: commit_ts {batch.commit_ts_text}: table {batch.table.name}"
-                raise _Failed(translate_error(exc, where, batch.shape)) from exc
-            raise _Failed(translate_error(exc, self._where("connect"))) from exc
+                raise _Failed(self._translate(exc, where, batch.shape), timed_out=timed_out(exc)) from exc
+            raise _Failed(self._translate(exc, self._where("connect")), timed_out=timed_out(exc)) from exc
         except (TypeError, ValueError, ArithmeticError, LookupError) as exc:
             # A value the driver cannot bind, or a bug: never retried, never shown with its value.
             log.exception("mysql sink worker %d: unexpected error", self.number)
@@ -245,6 +254,11 @@ class Worker(threading.Thread):
             )
             shape = f"; statement: {batch.shape}" if batch is not None else ""
             raise _Failed(SinkApplyError(f"{where}: {type(exc).__name__} while applying{shape}")) from exc
+
+    def _translate(self, exc: BaseException, where: str, shape: str = "") -> SinkError:
+        if timed_out(exc):
+            return timeout_error(exc, where, self.settings, shape)
+        return translate_error(exc, where, shape)
 
     def _where(self, what: str) -> str:
         return f"mysql sink worker {self.number}: {what} ({self.settings.dsn.redacted()})"
@@ -275,9 +289,10 @@ class Worker(threading.Thread):
         while cur.nextset():  # nothing is left; kept so a miscount can never leave a result unread
             pass
         self._failing = None
-        metrics.STATEMENT_SECONDS.observe(time.perf_counter() - started)
+        self.metrics.statement_seconds.observe(time.perf_counter() - started)
+        batch_rows = self.metrics.batch_rows
         for batch in batches:
-            metrics.BATCH_ROWS.observe(batch.rows)
+            batch_rows.observe(batch.rows)
 
     def _commit(self, conn: Any) -> None:
         """The progress row and COMMIT in one round trip; nothing when nothing was applied since the
@@ -293,7 +308,7 @@ class Worker(threading.Thread):
             while cur.nextset():
                 pass
         self._pending = 0
-        metrics.COMMIT_SECONDS.observe(time.perf_counter() - started)
+        self.metrics.commit_seconds.observe(time.perf_counter() - started)
 
     def _commit_barrier(self) -> SinkError | None:
         if self.error is not None:
@@ -303,7 +318,7 @@ class Worker(threading.Thread):
         try:
             self._commit(self.conn)
         except DB_ERRORS as exc:
-            self.error = translate_error(exc, self._where("COMMIT"))
+            self.error = self._translate(exc, self._where("COMMIT"))
             self._abandon()
             self._held.clear()
             return self.error
@@ -463,6 +478,6 @@ def _is_deadlock(exc: BaseException | None) -> bool:
 
 
 class _Failed(Exception):
-    def __init__(self, error: SinkError, in_commit: bool = False) -> None:
+    def __init__(self, error: SinkError, in_commit: bool = False, timed_out: bool = False) -> None:
         super().__init__(str(error))
-        self.error, self.in_commit = error, in_commit
+        self.error, self.in_commit, self.timed_out = error, in_commit, timed_out

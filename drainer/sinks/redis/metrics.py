@@ -10,53 +10,49 @@ a command name, a mode, an error kind — never a key or a value. Rates
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry
+
+from bridge.sink.batching import SinkMetrics
 
 
-class RedisMetrics:
+class RedisMetrics(SinkMetrics):
     """The sink's metrics in one registry."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.keys = Counter(
+        super().__init__(registry)
+        self.keys = self.counter(
             "bridge_sink_redis_keys_total",
             "Keys whose command Redis acknowledged, by mode (invalidate: deleted; upsert: written or "
             "deleted; scan: deleted by a DDL's SCAN)",
-            ["mode"],
-            registry=registry,
+            "mode",
         )
-        self.commands = Counter(
+        self.commands = self.counter(
             "bridge_sink_redis_commands_total",
             "Commands Redis acknowledged, by command (UNLINK, DEL, PUBLISH, XADD, SET, HSET, ...)",
-            ["command"],
-            registry=registry,
+            "command",
         )
-        self.messages = Counter(
+        self.messages = self.counter(
             "bridge_sink_redis_messages_total",
             "Messages published or stream entries added, by mode (publish, stream)",
-            ["mode"],
-            registry=registry,
+            "mode",
         )
-        self.pipeline_seconds = Histogram(
+        self.pipeline_seconds = self.histogram(
             "bridge_sink_redis_pipeline_seconds",
             "Seconds from sending a pipeline to its last reply",
-            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0),
-            registry=registry,
+            (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0),
         )
-        self.pipeline_commands = Histogram(
+        self.pipeline_commands = self.histogram(
             "bridge_sink_redis_pipeline_commands",
             "Commands per pipeline",
-            buckets=(1, 4, 16, 64, 256, 1024, 4096, 16384, 65536),
-            registry=registry,
+            (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536),
         )
-        self.errors = Counter(
+        self.errors = self.counter(
             "bridge_sink_redis_errors_total",
             "Failed pipelines and refused commands, by kind: connection, timeout, retriable (LOADING, "
             "OOM, CLUSTERDOWN...), refused (WRONGTYPE, NOPERM...), mirror (the checkpoint-key write)",
-            ["kind"],
-            registry=registry,
+            "kind",
         )
-        self.durable_ts = Gauge(
+        self.durable_ts = self.gauge(
             "bridge_sink_redis_durable_ts",
             "Highest commit_ts such that Redis acknowledged every command at or below it",
-            registry=registry,
         )
