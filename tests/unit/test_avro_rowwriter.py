@@ -7,12 +7,14 @@ from __future__ import annotations
 import io
 import random
 from decimal import Decimal
+from typing import Any
 
 import pytest
 from fastavro import parse_schema, schemaless_writer
 
 from bridge.avro import source_record, table_avro
 from bridge.avro.rowwriter import FALLBACK_ERRORS, Fallback, RowWriter
+from bridge.avro.tables import ChangeKind
 from bridge.avro.writer import compile_writer
 from bridge.proto import row_pb2
 from bridge.rowcodec import RowCodec
@@ -22,7 +24,7 @@ T = row_pb2.ColumnType
 HEADER = b"\xc3\x01abcdefgh"
 
 
-def _fastavro(schema: object, datum: object) -> bytes:
+def _fastavro(schema: dict[str, Any], datum: object) -> bytes:
     out = io.BytesIO()
     schemaless_writer(out, parse_schema(schema), datum)
     return out.getvalue()
@@ -57,11 +59,13 @@ def test_keys_and_envelopes_are_the_bytes_of_the_records(seed: int) -> None:
         def row() -> tuple[object, ...]:
             return codec.decode(codec.encode([random_value(rng, c) for c in schema.columns]))
 
-        for kind, before, after in (
+        changes: tuple[tuple[ChangeKind, tuple[object, ...] | None, tuple[object, ...] | None], ...]
+        changes = (
             ("insert", None, row()),
             ("update", row(), row()),
             ("delete", row(), None),
-        ):
+        )
+        for kind, before, after in changes:
             for snapshot, last in ((False, False), (False, True), (kind == "insert", pos % 2 == 0)):
                 source = source_record(
                     cluster_id=cluster_id,
