@@ -75,6 +75,11 @@ class Floor:
         return db == self.db and (not self.table or table == self.table)
 
 
+def id_hash(text: str) -> int:
+    """BLAKE2b-64 of a document id or key part (the same in every process, unlike ``hash``)."""
+    return int.from_bytes(blake2b(text.encode("utf-8"), digest_size=8).digest(), "big")
+
+
 def key_text(values: Sequence[Any]) -> str:
     """The key part of a document id: the value itself for a one-column key, else a JSON array."""
     if len(values) == 1 and not isinstance(values[0], dict | list):
@@ -166,13 +171,26 @@ def latest_per_document(rows: Iterable[Mapping[str, Any]]) -> BatchChanges:
             if floor is not None:
                 out.floors.append(floor)
             continue
-        for act in row_actions(db, table, op, row["key"], row["before"], row["after"], row["types"], version):
-            held = out.actions.get(act.doc_id)
-            if held is None or held.version < act.version:
-                out.actions[act.doc_id] = act
-    for floor in sorted(out.floors, key=lambda f: f.version):  # in order: t -> t2 -> t3 moves twice
-        _apply_floor(out.actions, floor)
-    return out
+        keep_latest(
+            out.actions,
+            row_actions(db, table, op, row["key"], row["before"], row["after"], row["types"], version),
+        )
+    return apply_floors(out)
+
+
+def keep_latest(actions: dict[str, Action], new: Iterable[Action]) -> None:
+    """Of the actions on one document keep the one with the highest version."""
+    for act in new:
+        held = actions.get(act.doc_id)
+        if held is None or held.version < act.version:
+            actions[act.doc_id] = act
+
+
+def apply_floors(batch: BatchChanges) -> BatchChanges:
+    """Let the batch's floors hide (or, for a rename, move) its older actions; ``batch``, changed."""
+    for floor in sorted(batch.floors, key=lambda f: f.version):  # in order: t -> t2 -> t3 moves twice
+        _apply_floor(batch.actions, floor)
+    return batch
 
 
 def _apply_floor(actions: dict[str, Action], floor: Floor) -> None:

@@ -30,12 +30,13 @@ import json
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from functools import lru_cache
-from hashlib import blake2b
 from typing import Any
 
 import tantivy
 
-from spark_consumers.latest import Action
+from spark_consumers.latest import Action, id_hash
+
+__all__ = ["build_schema", "document", "id_hash", "kinds_of", "stored_image", "typed_row"]
 
 DATE_KINDS = frozenset({"date", "datetime", "timestamp"})
 TEXT_KINDS = frozenset({"string"})
@@ -54,10 +55,6 @@ def build_schema() -> tantivy.Schema:
     builder.add_json_field("row", stored=True, tokenizer_name="raw", fast=True)  # fast: range filters
     builder.add_text_field("text", stored=False, tokenizer_name="default")
     return builder.build()
-
-
-def id_hash(doc_id: str) -> int:
-    return int.from_bytes(blake2b(doc_id.encode("utf-8"), digest_size=8).digest(), "big")
 
 
 def _date(value: object, kind: str) -> object:
