@@ -50,8 +50,9 @@ ROW_FIELDS = (
 )
 Row = tuple[str, int, int, str, str, str, str | None, str | None, str | None, str, int, int]
 
-# the index job's compact rows (the data source's ``rows=latest``): no JSON image, the message's Avro
-# bytes instead, and the document's key part and its hash (for the shard) worked out once
+# the index job's compact rows (the data source's ``rows=latest``): one per document a change touches,
+# its key part and that part's hash (for the shard) worked out once, the image it puts as JSON (no
+# ``before``, no ``key``), and instead of the column kinds the framing header naming the writer schema
 COMPACT_FIELDS = (
     "topic",
     "partition",
@@ -63,11 +64,14 @@ COMPACT_FIELDS = (
     "doc_hash",
     "commit_ts",
     "position",
-    "value",
+    "image",
+    "schema",
     "before",
     "types",
 )
-Compact = tuple[str, int, int, str, str, str, str | None, int, int, int, bytes | None, str | None, str | None]
+Compact = tuple[
+    str, int, int, str, str, str, str | None, int, int, int, str | None, bytes | None, str | None, str | None
+]
 
 DDL_SUFFIX = "._ddl"
 SCHEMAS_SUFFIX = "._schemas"
@@ -243,15 +247,15 @@ class ChangeDecoder:
     ) -> list[Compact]:
         """One message -> its :data:`Compact` rows: one per document it touches (an update that
         changes the key also deletes the old key's document: a second row, op ``d``), none for a
-        message that carries no change, one for a DDL event. The image is not turned into text:
-        the row keeps the message's Avro bytes (:meth:`image` decodes them where they are applied)."""
+        message that carries no change, one for a DDL event. A row holds the image it puts as JSON
+        text (``after`` only) and the framing header of its writer schema (:meth:`types_of`)."""
         if value is None or kind in ("tombstone", "resolved", "schema"):
             return []
         try:
             schema, record = self._decoder.decode(value)
             if kind == "ddl" or topic.endswith(DDL_SUFFIX):
                 ddl = _ddl_row(topic, partition, offset, record)
-                return [(*ddl[:6], None, 0, ddl[10], DDL_POSITION, None, ddl[7], ddl[9])]
+                return [(*ddl[:6], None, 0, ddl[10], DDL_POSITION, None, None, ddl[7], ddl[9])]
             shape = self._shape(schema, envelope=True)
             source, op = record["source"], str(record["op"])
             before = None if record["before"] is None else shape.columns(record["before"])
@@ -269,9 +273,11 @@ class ChangeDecoder:
             int(source["commit_ts"]),
             int(source["pos"]),
         )
+        header = value[:5] if value[:1] == b"\x00" else value[:10]
+        image = None if op == "d" or after is None else to_json(after)
         return [
             (topic, partition, offset, db, table, "d" if at else op, part, _signed(id_hash(part)), ts, pos,
-             value, None, None)
+             None if at else image, header, None, None)
             for at, part in enumerate(parts)
         ]  # fmt: skip
 
@@ -314,16 +320,9 @@ class ChangeDecoder:
         schema, record = self._decoder.decode(key)
         return list(self._shape(schema, envelope=False).columns(record).values())
 
-    def image(self, value: bytes, op: str) -> tuple[dict[str, Any] | None, str]:
-        """The image a compact row puts (its ``after`` in JSON form; None for ``d``) and the column
-        kinds JSON of its schema version: what :func:`~spark_consumers.latest.row_actions` reads
-        from the JSON texts of a full row."""
-        schema, record = self._decoder.decode(value)
-        shape = self._shape(schema, envelope=True)
-        if op == "d" or record["after"] is None:
-            return None, shape.types_json
-        image: dict[str, Any] = orjson.loads(to_json(shape.columns(record["after"])))
-        return image, shape.types_json
+    def types_of(self, header: bytes) -> str:
+        """The column kinds JSON of the writer schema a compact row's ``schema`` header names."""
+        return self._shape(self._decoder.writer_schema(header), envelope=True).types_json
 
 
 _PLAIN = (int, str, float, bool, type(None))

@@ -1,8 +1,9 @@
 """The index job's micro-batch as Spark tasks: the shards are written where the data is.
 
 The index job reads the source's compact rows (``rows=latest``: per Kafka range, the latest change
-per document, its key part and that part's hash worked out, the image left as the message's Avro
-bytes). For a micro-batch the driver plans (:func:`plan`)::
+per document, its key part and that part's hash worked out, the image it puts as JSON, no
+``before``, ``key`` or column kinds: the writer schema's framing header stands for those).
+For a micro-batch the driver plans (:func:`plan`)::
 
     compact rows --Spark SQL: _shard, _route--> --repartition(N)-->
          --mapInArrow(write shard)--> one summary row per shard task --collect--> driver
@@ -14,7 +15,7 @@ chosen so that Spark's hash partitioning sends shard ``i`` to partition ``i``. T
 SQL: no Python stage between the source and the shuffle.
 
 A shard task reduces its rows to the latest change per document (the source reduced each range;
-this reduces over the ranges), decoding the Avro bytes of the rows that survive, applies them to
+this reduces over the ranges), parsing the images of the rows that survive, applies them to
 its shard folder with :class:`~spark_consumers.index.store.ChangeIndex` (newer versions only,
 tombstones, floors) and commits before it returns its summary. Spark records the batch's offsets
 only after every task succeeded; a retried or speculative task re-applies harmlessly (versions),
@@ -30,6 +31,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
+import orjson
 import pyarrow as pa
 
 from spark_consumers.decode import ChangeDecoder
@@ -48,7 +50,7 @@ from spark_consumers.source.datasource import SourceOptions
 
 log = logging.getLogger(__name__)
 
-COLUMNS = ["topic", "db", "table", "op", "doc", "commit_ts", "position", "value", "before", "types"]
+COLUMNS = ["topic", "db", "table", "op", "doc", "commit_ts", "position", "image", "schema", "before", "types"]
 SUMMARY_SCHEMA = (
     "shard int, rows long, put long, deleted long, max_commit_ts long, executor string, "
     "cpu_seconds double, attempt int, reduce_cpu_seconds double"
@@ -58,6 +60,7 @@ SUMMARY_ARROW = pa.schema(
      ("max_commit_ts", pa.int64()), ("executor", pa.string()), ("cpu_seconds", pa.float64()),
      ("attempt", pa.int32()), ("reduce_cpu_seconds", pa.float64())]
 )  # fmt: skip
+_loads = orjson.loads
 LOCK_WAIT = 300.0  # seconds a task waits for a shard's writer lock held by a dying attempt
 
 Batches = Iterator[pa.RecordBatch]
@@ -107,7 +110,7 @@ def shard_writer(
     paths: Sequence[str], text_fields: Mapping[str, Sequence[str]], options: SourceOptions
 ) -> Callable[[Batches], Batches]:
     """The ``mapInArrow`` function of the shard tasks: apply, commit, one summary row per shard.
-    Each task decodes its rows' Avro bytes with its Python worker's decoder for the topic."""
+    Each task finds its rows' column kinds with its Python worker's decoder for the topic."""
 
     def write(batches: Batches) -> Batches:
         from spark_consumers.source.datasource import _clients
@@ -127,8 +130,8 @@ def shard_writer(
 
 def reduce_rows(rows: list[dict[str, Any]], decoder_for: Decoders) -> BatchChanges:
     """Compact rows -> the latest action per document and the floors, by the same rules as
-    :func:`~spark_consumers.latest.latest_per_document` over the full rows (each row's Avro bytes
-    decoded once, here)."""
+    :func:`~spark_consumers.latest.latest_per_document` over the full rows (a surviving row's image
+    parsed once, here; its column kinds by its schema header)."""
     out = BatchChanges({}, [])
     for row in rows:
         out.rows += 1
@@ -144,7 +147,8 @@ def reduce_rows(rows: list[dict[str, Any]], decoder_for: Decoders) -> BatchChang
         held = out.actions.get(doc_id)
         if held is not None and held.version >= version:
             continue
-        image, types = decoder_for(row["topic"]).image(row["value"], op)
+        image = None if row["image"] is None else _loads(row["image"])
+        types = decoder_for(row["topic"]).types_of(row["schema"])
         keep_latest(out.actions, [Action(doc_id, db, table, doc, version, image, types)])
     return apply_floors(out)
 

@@ -17,7 +17,7 @@ Options (all strings, as Spark passes them):
 ``endingOffsets``          batch reads: ``latest`` (default) or JSON
 ``kafka.<setting>``        passed to the librdkafka consumers (``kafka.security.protocol``, ...)
 ``rows``                   ``json`` (default): the rows below; ``latest``: the index job's compact
-                           rows, the latest change per document of each range, Avro bytes kept
+                           rows, the latest change per document of each range
 =========================  =====================================================================
 
 One Spark input partition per Kafka partition and offset range; its reader
@@ -75,7 +75,8 @@ ARROW_SCHEMA = pa.schema(
 )
 COMPACT_SCHEMA_DDL = (
     "topic string, partition int, offset long, db string, table string, op string, doc string, "
-    "doc_hash long, commit_ts long, position int, value binary, before string, types string"
+    "doc_hash long, commit_ts long, position int, image string, schema binary, before string, "
+    "types string"
 )
 COMPACT_ARROW_SCHEMA = pa.schema(
     [
@@ -89,7 +90,8 @@ COMPACT_ARROW_SCHEMA = pa.schema(
         ("doc_hash", pa.int64()),
         ("commit_ts", pa.int64()),
         ("position", pa.int32()),
-        ("value", pa.binary()),
+        ("image", pa.string()),
+        ("schema", pa.binary()),
         ("before", pa.string()),
         ("types", pa.string()),
     ]

@@ -59,7 +59,7 @@ class Messages:
 
 
 def ddl(op: str, ts: int) -> list[Compact]:
-    return [("bridge._ddl", 0, ts, "shop", "items", op, None, 0, ts, -1, None, None, "{}")]
+    return [("bridge._ddl", 0, ts, "shop", "items", op, None, 0, ts, -1, None, None, None, "{}")]
 
 
 def run_batch(paths: list[Path], messages: Messages, *changes: list[Compact]) -> list[dict[str, Any]]:
