@@ -166,8 +166,12 @@ def test_compact_rows_touch_the_documents_the_json_rows_do(keyless: bool) -> Non
     codec, published = single_object()
     first = (Decimal("19.90"), datetime(2024, 5, 1, 12, 0, 0, 123000), "red bike")
     second = (Decimal("5.00"), datetime(2024, 5, 2), None)
-    changes: list[tuple[Any, Any, Any]] = [("insert", None, first), ("update", first, second), ("update", second, (*second[:2], "x")),
-               ("delete", second, None)]  # fmt: skip
+    changes: list[tuple[Any, Any, Any]] = [
+        ("insert", None, first),
+        ("update", first, second),
+        ("update", second, (*second[:2], "x")),
+        ("delete", second, None),
+    ]
     decoder = ChangeDecoder(None, published)
     for kind, before, after in changes:
         if keyless:  # no key schema, messages without a key
