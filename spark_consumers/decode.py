@@ -173,6 +173,7 @@ class ChangeDecoder:
         self._decoder = Decoder(registry, schemas)
         self._shapes: dict[int, tuple[Mapping[str, Any], RecordShape]] = {}
         self._key_columns: dict[bytes, list[str]] = {}  # key framing header -> key columns
+        self._types: dict[bytes, str] = {}  # value framing header -> column kinds JSON
 
     def _shape(self, schema: Mapping[str, Any], envelope: bool) -> RecordShape:
         cached = self._shapes.get(id(schema))
@@ -322,7 +323,10 @@ class ChangeDecoder:
 
     def types_of(self, header: bytes) -> str:
         """The column kinds JSON of the writer schema a compact row's ``schema`` header names."""
-        return self._shape(self._decoder.writer_schema(header), envelope=True).types_json
+        found = self._types.get(header)
+        if found is None:
+            found = self._types[header] = self._shape(self._decoder.writer_schema(header), True).types_json
+        return found
 
 
 _PLAIN = (int, str, float, bool, type(None))
