@@ -53,6 +53,10 @@ class Action:
     version: Version
     image: dict[str, Any] | None
     types: str
+    # a change moved to a renamed table's new name: the table it was a change of, and its own version
+    # (a document moved from the index at the rename must not win over a newer change of the batch)
+    origin_table: str = ""
+    origin: Version = (-1, -1)
 
     @property
     def table_name(self) -> str:
@@ -202,10 +206,18 @@ def _apply_floor(actions: dict[str, Action], floor: Floor) -> None:
         del actions[name]
         if floor.to_table:
             moved = Action(f"{floor.to_db}/{floor.to_table}/{act.key}", floor.to_db, floor.to_table, act.key,
-                           floor.version, act.image, act.types)  # fmt: skip
+                           floor.version, act.image, act.types, act.origin_table or act.table_name,
+                           act.origin if act.origin_table else act.version)  # fmt: skip
             held = actions.get(moved.doc_id)
             if held is None or held.version < moved.version:
                 actions[moved.doc_id] = moved
+
+
+def moved_changes(batch: BatchChanges, floor: Floor) -> dict[str, Version]:
+    """key part -> version of the batch's own changes of ``floor``'s table that its rename moved:
+    a document of the old name found in a store at a lower version is not moved (the change is)."""
+    name = f"{floor.db}.{floor.table}"
+    return {a.key: a.origin for a in batch.actions.values() if a.origin_table == name}
 
 
 def newest_columns(

@@ -37,7 +37,7 @@ import pyarrow.parquet as pq
 
 from bridge.errors import UserError
 from spark_consumers.index.documents import kinds_of
-from spark_consumers.latest import Action, BatchChanges, Floor, Version
+from spark_consumers.latest import Action, BatchChanges, Floor, Version, moved_changes
 
 ARROW_TYPES: dict[str, pa.DataType] = {
     "int": pa.int64(),
@@ -183,7 +183,7 @@ class Snapshot:
         """Apply ``batch``; ``columns``: table -> (kinds JSON, version) of the newest schema version
         the batch shows (``latest.newest_columns``). Returns the number of tables rewritten."""
         for floor in sorted((f for f in batch.floors if f.to_table), key=lambda f: f.version):
-            self._move_renamed(floor, columns)
+            self._move_renamed(floor, columns, moved_changes(batch, floor))
         by_table: dict[str, list[Action]] = {}
         for act in batch.actions.values():
             by_table.setdefault(act.table_name, []).append(act)
@@ -193,18 +193,25 @@ class Snapshot:
             self._apply_table(name, by_table.get(name, []), columns.get(name), batch.floors)
         return len(names)
 
-    def _move_renamed(self, floor: Floor, columns: Mapping[str, tuple[str, Version]]) -> None:
+    def _move_renamed(
+        self, floor: Floor, columns: Mapping[str, tuple[str, Version]], newer: Mapping[str, Version]
+    ) -> None:
         """Rows of a renamed table below the rename go to the new name's files at the rename's
         version (a newer row of the new name stays), then the old name's floor drops them. In
         version order, each written before the next: a chain of renames moves them on. A replay
         after the old table was floored finds nothing to move; one after a crash between the two
-        writes finds the new name holding them at the same version, and changes nothing."""
+        writes finds the new name holding them at the same version, and changes nothing. A row the
+        batch itself changed later (``newer``) is not moved: that change is, at the same version."""
         old = self.table(f"{floor.db}.{floor.table}")
         kinds, version, _ = old.columns()
         if not old.rows_path.exists():
             return
         rows = old._read(old.rows_path, table_schema(kinds))
-        below = rows.filter(pc.less(rows["_commit_ts"], floor.version[0])).to_pylist()
+        below = [
+            r
+            for r in rows.filter(pc.less(rows["_commit_ts"], floor.version[0])).to_pylist()
+            if newer.get(r["_key"], (-1, -1)) <= (r["_commit_ts"], r["_position"])
+        ]
         if not below:
             return
         moved = [

@@ -96,3 +96,10 @@ def test_a_renamed_tables_rows_move_to_the_new_name(tmp_path: Path) -> None:
     assert pq.read_table(tmp_path / "main.t3" / "rows.parquet").to_pylist() == moved
     apply(snap, row("c", 3, image(9, "late")))  # the old name is floored
     assert not pq.read_table(tmp_path / "main.t" / "rows.parquet").num_rows
+
+
+def test_a_change_in_the_renames_batch_moves_rather_than_the_older_row(tmp_path: Path) -> None:
+    snap = Snapshot(tmp_path)
+    apply(snap, row("c", 1, image(1, "a")))
+    apply(snap, row("u", 2, image(1, "a2")), rename("t", "t2", 5))
+    assert [r["name"] for r in pq.read_table(tmp_path / "main.t2" / "rows.parquet").to_pylist()] == ["a2"]
