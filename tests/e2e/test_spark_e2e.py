@@ -131,7 +131,8 @@ def commit_probe_row(meta_addr: str, dsn: str) -> str:
 
 def rename_under_load(meta_addr: str, dsn: str, index: Path) -> Any:
     """A fault for ``run_load``: while the load runs, create ``spark_moving`` with rows, wait until
-    the job indexed them, then ``ALTER TABLE spark_moving RENAME TO spark_moved``: the documents must move."""
+    the job indexed them, update a few and at once ``ALTER TABLE spark_moving RENAME TO spark_moved``:
+    the documents must move, the updated ones with their update."""
     from bridge.producer import TxnWriter, open_upstream
     from bridge.pumpclient import PumpsClient
 
@@ -146,6 +147,9 @@ def rename_under_load(meta_addr: str, dsn: str, index: Path) -> Any:
                 lambda: search.get(search.open_existing(index), "main/spark_moving/19"),
                 "spark_moving indexed",
             )
+            with writer.transaction() as txn:  # most likely in the rename's micro-batch: these move
+                for i in range(5):
+                    txn.update("spark_moving", {"id": i}, {"title": f"updated row {i}"})
             writer.ddl("ALTER TABLE spark_moving RENAME TO spark_moved")  # SQLite and MySQL alike
             with writer.transaction() as txn:
                 txn.insert("spark_moved", {"id": 20, "title": "after the rename"})
