@@ -95,12 +95,10 @@ def plan(changes: Any, shards: int, routes: Sequence[int], write: Callable[[Batc
         F.pmod(hashed, F.lit(shards)) + F.when(hashed < 0, F.lit(wrap)).otherwise(0), F.lit(shards)
     )
     every = F.sequence(F.lit(0), F.lit(shards - 1))
-    tagged = changes.withColumn(
-        "_shard", F.explode(F.when(F.col("doc").isNull(), every).otherwise(F.array(unsigned_mod.cast("int"))))
-    )
+    shard = F.explode(F.when(F.col("doc").isNull(), every).otherwise(F.array(unsigned_mod.cast("int"))))
+    tagged = changes.select(*COLUMNS, shard.alias("_shard"))  # only what the shard tasks read is shuffled
     route = F.element_at(F.array(*[F.lit(r) for r in routes]), F.col("_shard") + 1)
-    routed = tagged.withColumn("_route", route).repartition(shards, "_route")
-    return routed.mapInArrow(write, SUMMARY_SCHEMA)
+    return tagged.repartition(shards, route).mapInArrow(write, SUMMARY_SCHEMA)
 
 
 Decoders = Callable[[str], ChangeDecoder]
