@@ -12,7 +12,9 @@ Options (all strings, as Spark passes them):
                            encoding, schemas from ``<prefix>._schemas`` (``schemas.topic``)
 ``schemas.wait``           seconds a reader waits for a schema not published yet (10)
 ``maxOffsetsPerTrigger``   at most this many offsets per micro-batch (a message is one offset;
-                           watermarks count too); default: everything available
+                           watermarks count too); default: everything available. A batch the
+                           bound cuts short of a row topic's end reads no DDL topic (a DDL never
+                           comes ahead of older changes: :func:`offsets.hold_back_ddl`)
 ``startingOffsets``        ``earliest`` (default) or JSON ``{"topic": {"0": 42}}``
 ``endingOffsets``          batch reads: ``latest`` (default) or JSON
 ``kafka.<setting>``        passed to the librdkafka consumers (``kafka.security.protocol``, ...)
@@ -48,7 +50,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from bridge.errors import ConfigError
-from spark_consumers.decode import SCHEMAS_SUFFIX, ChangeDecoder, Compact, registry_client
+from spark_consumers.decode import DDL_SUFFIX, SCHEMAS_SUFFIX, ChangeDecoder, Compact, registry_client
 from spark_consumers.source import kafka, offsets
 from spark_consumers.source.offsets import Offsets
 
@@ -321,7 +323,7 @@ class ChangeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             else offsets.merge(start, offsets.clamp(self._latest, self._target))
         )
         if isinstance(limit, ReadMaxRows):
-            end = offsets.cap(start, end, limit.max_rows)
+            end = offsets.hold_back_ddl(start, offsets.cap(start, end, limit.max_rows), end, DDL_SUFFIX)
         return end
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
