@@ -27,6 +27,12 @@ index exactly as a micro-batch is.
 ``driver_cpu_us``, ``job_cpu_us``: CPU microseconds per change of the
 driver's Python process, and of the whole job (that process, its JVM, the
 Python workers; from ``/proc``): the driver plans, the executors do the work.
+``reduce_cpu_us``, ``index_cpu_us``: of the shard tasks (their own
+summaries): reducing (decoding the surviving rows' Avro included), and
+applying to tantivy and committing. ``source_cpu_us``: a separate, untimed
+pass reading the topic's compact rows through the data source into Spark
+and dropping them (the whole process tree: Python reading, decoding and
+reducing each range, and the JVM taking the rows in).
 Each side runs ``--repeat`` times, alternating; the best run of each counts.
 """
 
@@ -121,10 +127,28 @@ def warm_up(spark: Any, bootstrap: str, topic: str, partitions: int) -> None:
     reader.option("topics", topic).option("endingOffsets", first).load().count()
 
 
+def tree_cpu_since(before: dict[int, float]) -> float:
+    """CPU seconds this process tree (driver, JVM, Python workers) spent since ``before``."""
+    after = spark_ceiling.tree_cpu_seconds(os.getpid())
+    return sum(cpu - before.get(pid, 0.0) for pid, cpu in after.items())
+
+
+def measure_source(spark: Any, bootstrap: str, topic: str, rows: int) -> float:
+    """CPU microseconds per change of the source alone: the index job's compact rows of the whole
+    topic read into Spark and dropped (``noop``), untimed, the whole process tree counted."""
+    before = spark_ceiling.tree_cpu_seconds(os.getpid())
+    reader = (
+        spark.read.format("bridge_changes").option("bootstrap.servers", bootstrap).option("topics", topic)
+    )
+    reader.option("rows", "latest").load().write.format("noop").mode("overwrite").save()
+    return tree_cpu_since(before) / rows * 1e6
+
+
 def measure_spark(
     spark: Any, bootstrap: str, topic: str, rows: int, batch: int, work: Path
-) -> tuple[float, float, float]:
-    """rows/s, and CPU microseconds per change of the driver's Python process and of the job."""
+) -> tuple[float, dict[str, float]]:
+    """rows/s, and CPU microseconds per change: of the driver's Python process, of the job (the
+    whole process tree), and of the shard tasks' reduce (decoding included) and index stages."""
     config = JobConfig(
         kind="index", bootstrap_servers=bootstrap, topics=[topic], output=work / "spark-index",
         checkpoint=work / "spark-checkpoint", available_now=True, max_offsets_per_trigger=batch,
@@ -132,14 +156,19 @@ def measure_spark(
     tree_before = spark_ceiling.tree_cpu_seconds(os.getpid())
     driver_before = time.process_time()
     began = time.perf_counter()
-    jobs.run(spark, config, jobs.StopFlag(), out=sys.stderr)
+    job = jobs.RunningJob(spark, config, jobs.StopFlag())
+    job.wait(sys.stderr)
     elapsed = time.perf_counter() - began
     driver = (time.process_time() - driver_before) / rows * 1e6
-    tree_after = spark_ceiling.tree_cpu_seconds(os.getpid())
-    total = sum(cpu - tree_before.get(pid, 0.0) for pid, cpu in tree_after.items()) / rows * 1e6
-    progress(f"spark job: {rows:,} rows in {elapsed:.2f}s = {rows / elapsed:,.0f} rows/s; "
-             f"CPU per change: driver {driver:.1f} us, job {total:.1f} us")  # fmt: skip
-    return rows / elapsed, driver, total
+    total = tree_cpu_since(tree_before) / rows * 1e6
+    summaries = [s for stats in job.handler.stats.values() for s in stats.shards]
+    reduce = sum(s["reduce_cpu_seconds"] for s in summaries) / rows * 1e6
+    index = sum(s["cpu_seconds"] for s in summaries) / rows * 1e6 - reduce
+    progress(f"spark job: {rows:,} rows in {elapsed:.2f}s = {rows / elapsed:,.0f} rows/s; CPU per change: "
+             f"driver {driver:.1f} us, job {total:.1f} us (shard tasks: reduce {reduce:.1f}, "
+             f"index {index:.1f})")  # fmt: skip
+    cpu = {"driver_cpu_us": driver, "job_cpu_us": total, "reduce_cpu_us": reduce, "index_cpu_us": index}
+    return rows / elapsed, cpu
 
 
 def measure_loop(bootstrap: str, topic: str, rows: int, batch: int, work: Path) -> float:
@@ -186,16 +215,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     session_seconds = time.perf_counter() - began
     warm_up(spark, args.bootstrap_servers, topic, args.partitions)
     best_spark = best_loop = best_ceiling = 0.0
-    driver_cpu = job_cpu = 0.0
+    cpu: dict[str, float] = {}
+    source_cpu = 0.0
     try:
         for attempt in range(args.repeat):
             work = Path(tempfile.mkdtemp(prefix="bench-spark-"))
             try:
-                rate, driver, total = measure_spark(
-                    spark, args.bootstrap_servers, topic, args.rows, args.batch, work
-                )
+                rate, used = measure_spark(spark, args.bootstrap_servers, topic, args.rows, args.batch, work)
                 if rate > best_spark:
-                    best_spark, driver_cpu, job_cpu = rate, driver, total
+                    best_spark, cpu = rate, used
+                source_cpu = measure_source(spark, args.bootstrap_servers, topic, args.rows)
+                progress(f"source alone: {source_cpu:.1f} us CPU per change")
                 ceiling = spark_ceiling.measure(
                     args.bootstrap_servers, topic, args.partitions, args.rows, args.batch, work / "ceiling"
                 )
@@ -212,7 +242,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "name": "spark", "value": round(best_spark), "unit": "rows/s", "ceiling": round(best_ceiling),
         "ratio": round(best_spark / best_ceiling, 3), "loop": round(best_loop),
-        "driver_cpu_us": round(driver_cpu, 1), "job_cpu_us": round(job_cpu, 1), "rows": args.rows,
+        **{name: round(us, 1) for name, us in cpu.items()}, "source_cpu_us": round(source_cpu, 1),
+        "rows": args.rows,
         "partitions": args.partitions, "batch": args.batch, "master": args.master,
         "session_seconds": round(session_seconds, 1),
         "load_avg": [round(x, 2) for x in os.getloadavg()],

@@ -31,6 +31,7 @@ import orjson
 
 from bridge.avro import Decoder
 from bridge.errors import ProtocolError
+from spark_consumers.latest import id_hash, image_digest, key_text
 
 # the data source's columns, in order (spark_consumers.source.SCHEMA spells their types)
 ROW_FIELDS = (
@@ -48,6 +49,29 @@ ROW_FIELDS = (
     "position",
 )
 Row = tuple[str, int, int, str, str, str, str | None, str | None, str | None, str, int, int]
+
+# the index job's compact rows (the data source's ``rows=latest``): one per document a change touches,
+# its key part and that part's hash (for the shard) worked out once, the image it puts as JSON (no
+# ``before``, no ``key``), and instead of the column kinds the framing header naming the writer schema
+COMPACT_FIELDS = (
+    "topic",
+    "partition",
+    "offset",
+    "db",
+    "table",
+    "op",
+    "doc",
+    "doc_hash",
+    "commit_ts",
+    "position",
+    "image",
+    "schema",
+    "before",
+    "types",
+)
+Compact = tuple[
+    str, int, int, str, str, str, str | None, int, int, int, str | None, bytes | None, str | None, str | None
+]
 
 DDL_SUFFIX = "._ddl"
 SCHEMAS_SUFFIX = "._schemas"
@@ -149,6 +173,7 @@ class ChangeDecoder:
         self._decoder = Decoder(registry, schemas)
         self._shapes: dict[int, tuple[Mapping[str, Any], RecordShape]] = {}
         self._key_columns: dict[bytes, list[str]] = {}  # key framing header -> key columns
+        self._types: dict[bytes, str] = {}  # value framing header -> column kinds JSON
 
     def _shape(self, schema: Mapping[str, Any], envelope: bool) -> RecordShape:
         cached = self._shapes.get(id(schema))
@@ -217,6 +242,112 @@ class ChangeDecoder:
             if image is None:  # a key-only (oversize) change
                 return to_json(shape.columns(record))
         return to_json({c: image.get(c) for c in columns})
+
+    def compact(
+        self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None, kind: str
+    ) -> list[Compact]:
+        """One message -> its :data:`Compact` rows: one per document it touches (an update that
+        changes the key also deletes the old key's document: a second row, op ``d``), none for a
+        message that carries no change, one for a DDL event. A row holds the image it puts as JSON
+        text (``after`` only) and the framing header of its writer schema (:meth:`types_of`)."""
+        if value is None or kind in ("tombstone", "resolved", "schema"):
+            return []
+        try:
+            schema, record = self._decoder.decode(value)
+            if kind == "ddl" or topic.endswith(DDL_SUFFIX):
+                ddl = _ddl_row(topic, partition, offset, record)
+                return [(*ddl[:6], None, 0, ddl[10], DDL_POSITION, None, None, ddl[7], ddl[9])]
+            shape = self._shape(schema, envelope=True)
+            source, op = record["source"], str(record["op"])
+            before = None if record["before"] is None else shape.columns(record["before"])
+            after = None if record["after"] is None else shape.columns(record["after"])
+            parts = self._document_keys(op, key, before, after)
+        except ProtocolError as exc:
+            raise DecodeError(f"topic {topic} partition {partition} offset {offset}: {exc}") from exc
+        except (KeyError, TypeError, ValueError) as exc:
+            raise DecodeError(
+                f"topic {topic} partition {partition} offset {offset}: not a bridge message ({exc!r})"
+            ) from exc
+        db, table, ts, pos = (
+            str(source["db"]),
+            str(source["table"]),
+            int(source["commit_ts"]),
+            int(source["pos"]),
+        )
+        header = value[:5] if value[:1] == b"\x00" else value[:10]
+        image = None if op == "d" or after is None else to_json(after)
+        return [
+            (topic, partition, offset, db, table, "d" if at else op, part, _signed(id_hash(part)), ts, pos,
+             None if at else image, header, None, None)
+            for at, part in enumerate(parts)
+        ]  # fmt: skip
+
+    def _document_keys(
+        self, op: str, key: bytes | None, before: Mapping[str, Any] | None, after: Mapping[str, Any] | None
+    ) -> list[str]:
+        """:func:`spark_consumers.latest.document_keys` on the decoded record, without JSON texts:
+        the same key parts (values in their JSON form, so a key part is the same either way)."""
+        columns = self._key_column_names(key) if key else None
+        if op == "d":
+            if key and columns is not None:
+                if before is None:
+                    return [key_text(_json_values(self._key_values(key)))]
+                return [key_text(_json_values([before.get(c) for c in columns]))]
+            return [image_digest(_json_form(before))] if before is not None else []
+        if after is None:  # a key-only (oversize) change: the row changed, how is unknown
+            return []
+        if columns is None:
+            new = image_digest(_json_form(after))
+        else:
+            new = key_text(_json_values([after.get(c) for c in columns]))
+        if op == "u" and before is not None:
+            if columns is None:
+                old = image_digest(_json_form(before))
+            else:
+                old = key_text(_json_values([before.get(c) for c in columns]))
+            if old != new:
+                return [new, old]
+        return [new]
+
+    def _key_column_names(self, key: bytes) -> list[str]:
+        header = key[:10] if key[:1] == b"\xc3" else key[:5]
+        columns = self._key_columns.get(header)
+        if columns is None:
+            schema, _ = self._decoder.decode(key)
+            columns = self._key_columns[header] = list(self._shape(schema, envelope=False).kinds)
+        return columns
+
+    def _key_values(self, key: bytes) -> list[Any]:
+        schema, record = self._decoder.decode(key)
+        return list(self._shape(schema, envelope=False).columns(record).values())
+
+    def types_of(self, header: bytes) -> str:
+        """The column kinds JSON of the writer schema a compact row's ``schema`` header names."""
+        found = self._types.get(header)
+        if found is None:
+            found = self._types[header] = self._shape(self._decoder.writer_schema(header), True).types_json
+        return found
+
+
+_PLAIN = (int, str, float, bool, type(None))
+
+
+def _json_values(values: list[Any]) -> list[Any]:
+    """Key values in the form the JSON texts give them (a DECIMAL as its digits, a date as text)."""
+    if all(type(v) in _PLAIN for v in values):
+        return values
+    out: list[Any] = orjson.loads(to_json(values))
+    return out
+
+
+def _json_form(image: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = orjson.loads(to_json(image))
+    return out
+
+
+def _signed(value: int) -> int:
+    """An unsigned 64-bit hash as the signed long Spark holds (the same bits)."""
+    return value - (1 << 64) if value >= 1 << 63 else value
 
 
 def _ddl_row(topic: str, partition: int, offset: int, record: Mapping[str, Any]) -> Row:

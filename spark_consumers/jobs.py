@@ -38,6 +38,7 @@ from spark_consumers.index.store import ChangeIndex
 from spark_consumers.latest import ddl_columns, latest_per_document, newest_columns
 from spark_consumers.snapshot import Snapshot
 from spark_consumers.source import offsets
+from spark_consumers.source.datasource import SourceOptions
 
 log = logging.getLogger(__name__)
 
@@ -92,15 +93,10 @@ class BatchHandler:
 
     def apply_sharded(self, frame: Any, started: float) -> BatchStats:
         """One batch through the shard tasks; only their summaries come to the driver."""
-        from pyspark.sql.types import IntegerType, StructField, StructType
-
-        n = len(self.paths)
-        changes = frame.select(*COLUMNS)
-        tags = [StructField("_shard", IntegerType()), StructField("_route", IntegerType())]
-        routed = StructType([*changes.schema.fields, *tags])  # a new one: .add() changes the frame's
-        writer = tasks.shard_writer([str(p) for p in self.paths], self.config.text_fields)
-        plan = changes.mapInArrow(tasks.router(n, self.routes), routed).repartition(n, "_route")
-        summaries = [row.asDict() for row in plan.mapInArrow(writer, tasks.SUMMARY_SCHEMA).collect()]
+        options = SourceOptions.parse(self.config.source_options())
+        writer = tasks.shard_writer([str(p) for p in self.paths], self.config.text_fields, options)
+        plan = tasks.plan(frame, len(self.paths), self.routes, writer)
+        summaries = [row.asDict() for row in plan.collect()]
         megabytes = sum(folder_bytes(p) for p in self.paths if p.exists()) / 1e6
         return BatchStats(
             rows=max([0, *(s["rows"] for s in summaries)]),
@@ -139,14 +135,15 @@ def folder_bytes(path: Path) -> int:
     return sum(entry.stat().st_size for entry in os.scandir(path) if entry.is_file())
 
 
-def stream(spark: Any, config: JobConfig) -> Any:
-    """The change rows as a streaming DataFrame, from the chosen source."""
+def stream(spark: Any, config: JobConfig, rows: str = "json") -> Any:
+    """The change rows as a streaming DataFrame, from the chosen source; ``rows="latest"``: the
+    compact rows the sharded index job reads (the data source's ``rows`` option)."""
     if config.source == "kafka":
         from spark_consumers.source.kafka_builtin import kafka_stream
 
-        return kafka_stream(spark, config)
+        return kafka_stream(spark, config, rows)
     reader = spark.readStream.format("bridge_changes")
-    for key, value in config.source_options().items():
+    for key, value in {**config.source_options(), "rows": rows}.items():
         reader = reader.option(key, value)
     return reader.load()
 
@@ -208,7 +205,8 @@ class RunningJob:
         self.config = config
         self.stop = stop
         self.handler = BatchHandler(config, spark)
-        writer = stream(spark, config).writeStream.foreachBatch(self.handler)
+        rows = "latest" if self.handler.paths else "json"
+        writer = stream(spark, config, rows).writeStream.foreachBatch(self.handler)
         writer = writer.option("checkpointLocation", str(config.checkpoint)).queryName(
             f"bridge-{config.kind}"
         )

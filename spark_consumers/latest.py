@@ -53,6 +53,10 @@ class Action:
     version: Version
     image: dict[str, Any] | None
     types: str
+    # a change moved to a renamed table's new name: the table it was a change of, and its own version
+    # (a document moved from the index at the rename must not win over a newer change of the batch)
+    origin_table: str = ""
+    origin: Version = (-1, -1)
 
     @property
     def table_name(self) -> str:
@@ -73,6 +77,11 @@ class Floor:
 
     def covers(self, db: str, table: str) -> bool:
         return db == self.db and (not self.table or table == self.table)
+
+
+def id_hash(text: str) -> int:
+    """BLAKE2b-64 of a document id or key part (the same in every process, unlike ``hash``)."""
+    return int.from_bytes(blake2b(text.encode("utf-8"), digest_size=8).digest(), "big")
 
 
 def key_text(values: Sequence[Any]) -> str:
@@ -166,13 +175,26 @@ def latest_per_document(rows: Iterable[Mapping[str, Any]]) -> BatchChanges:
             if floor is not None:
                 out.floors.append(floor)
             continue
-        for act in row_actions(db, table, op, row["key"], row["before"], row["after"], row["types"], version):
-            held = out.actions.get(act.doc_id)
-            if held is None or held.version < act.version:
-                out.actions[act.doc_id] = act
-    for floor in sorted(out.floors, key=lambda f: f.version):  # in order: t -> t2 -> t3 moves twice
-        _apply_floor(out.actions, floor)
-    return out
+        keep_latest(
+            out.actions,
+            row_actions(db, table, op, row["key"], row["before"], row["after"], row["types"], version),
+        )
+    return apply_floors(out)
+
+
+def keep_latest(actions: dict[str, Action], new: Iterable[Action]) -> None:
+    """Of the actions on one document keep the one with the highest version."""
+    for act in new:
+        held = actions.get(act.doc_id)
+        if held is None or held.version < act.version:
+            actions[act.doc_id] = act
+
+
+def apply_floors(batch: BatchChanges) -> BatchChanges:
+    """Let the batch's floors hide (or, for a rename, move) its older actions; ``batch``, changed."""
+    for floor in sorted(batch.floors, key=lambda f: f.version):  # in order: t -> t2 -> t3 moves twice
+        _apply_floor(batch.actions, floor)
+    return batch
 
 
 def _apply_floor(actions: dict[str, Action], floor: Floor) -> None:
@@ -184,10 +206,18 @@ def _apply_floor(actions: dict[str, Action], floor: Floor) -> None:
         del actions[name]
         if floor.to_table:
             moved = Action(f"{floor.to_db}/{floor.to_table}/{act.key}", floor.to_db, floor.to_table, act.key,
-                           floor.version, act.image, act.types)  # fmt: skip
+                           floor.version, act.image, act.types, act.origin_table or act.table_name,
+                           act.origin if act.origin_table else act.version)  # fmt: skip
             held = actions.get(moved.doc_id)
             if held is None or held.version < moved.version:
                 actions[moved.doc_id] = moved
+
+
+def moved_changes(batch: BatchChanges, floor: Floor) -> dict[str, Version]:
+    """key part -> version of the batch's own changes of ``floor``'s table that its rename moved:
+    a document of the old name found in a store at a lower version is not moved (the change is)."""
+    name = f"{floor.db}.{floor.table}"
+    return {a.key: a.origin for a in batch.actions.values() if a.origin_table == name}
 
 
 def newest_columns(

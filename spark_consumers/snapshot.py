@@ -10,7 +10,8 @@ A micro-batch rewrites the files of the tables it touched (each written to a
 temporary name and renamed over the old one): the rows of keys it did not
 touch are carried over with Arrow, the touched keys get the batch's latest
 change if that is newer than what the files hold. Like the index, a replayed
-batch changes nothing. A dropped or truncated table's folder is emptied of rows below the DDL's version.
+batch changes nothing. A dropped or truncated table's folder is emptied of rows below the DDL's
+version; a renamed table's rows below the rename move to the new name's folder first.
 
 Column types: int -> int64, double -> float64, bool -> bool, date -> date32,
 datetime -> timestamp[us], timestamp -> timestamp[us, UTC], time -> int64
@@ -36,7 +37,7 @@ import pyarrow.parquet as pq
 
 from bridge.errors import UserError
 from spark_consumers.index.documents import kinds_of
-from spark_consumers.latest import Action, BatchChanges, Floor, Version
+from spark_consumers.latest import Action, BatchChanges, Floor, Version, moved_changes
 
 ARROW_TYPES: dict[str, pa.DataType] = {
     "int": pa.int64(),
@@ -53,9 +54,10 @@ TOMBSTONES = pa.schema(META)
 
 
 def arrow_value(value: Any, kind: str) -> Any:
-    """A JSON image value as the Arrow column of its kind takes it."""
-    if value is None:
-        return None
+    """A JSON image value as the Arrow column of its kind takes it (a value read back from the
+    snapshot's own files, already typed, is taken as it is)."""
+    if value is None or not isinstance(value, str):
+        return float(value) if kind == "double" and isinstance(value, int) else value
     try:
         if kind == "date":
             return date.fromisoformat(value)
@@ -180,6 +182,8 @@ class Snapshot:
     def apply(self, batch: BatchChanges, columns: Mapping[str, tuple[str, Version]]) -> int:
         """Apply ``batch``; ``columns``: table -> (kinds JSON, version) of the newest schema version
         the batch shows (``latest.newest_columns``). Returns the number of tables rewritten."""
+        for floor in sorted((f for f in batch.floors if f.to_table), key=lambda f: f.version):
+            self._move_renamed(floor, columns, moved_changes(batch, floor))
         by_table: dict[str, list[Action]] = {}
         for act in batch.actions.values():
             by_table.setdefault(act.table_name, []).append(act)
@@ -188,6 +192,37 @@ class Snapshot:
         for name in sorted(names):
             self._apply_table(name, by_table.get(name, []), columns.get(name), batch.floors)
         return len(names)
+
+    def _move_renamed(
+        self, floor: Floor, columns: Mapping[str, tuple[str, Version]], newer: Mapping[str, Version]
+    ) -> None:
+        """Rows of a renamed table below the rename go to the new name's files at the rename's
+        version (a newer row of the new name stays), then the old name's floor drops them. In
+        version order, each written before the next: a chain of renames moves them on. A replay
+        after the old table was floored finds nothing to move; one after a crash between the two
+        writes finds the new name holding them at the same version, and changes nothing. A row the
+        batch itself changed later (``newer``) is not moved: that change is, at the same version."""
+        old = self.table(f"{floor.db}.{floor.table}")
+        kinds, version, _ = old.columns()
+        if not old.rows_path.exists():
+            return
+        rows = old._read(old.rows_path, table_schema(kinds))
+        below = [
+            r
+            for r in rows.filter(pc.less(rows["_commit_ts"], floor.version[0])).to_pylist()
+            if newer.get(r["_key"], (-1, -1)) <= (r["_commit_ts"], r["_position"])
+        ]
+        if not below:
+            return
+        moved = [
+            Action(f"{floor.to_db}/{floor.to_table}/{r['_key']}", floor.to_db, floor.to_table, r["_key"],
+                   floor.version, {c: r[c] for c in kinds}, "")
+            for r in below
+        ]  # fmt: skip
+        name = f"{floor.to_db}.{floor.to_table}"
+        newest = columns.get(name) or (json.dumps(kinds), max(version, floor.version))
+        self._apply_table(name, moved, newest, [])
+        self._apply_table(old.folder.name, [], None, [floor])
 
     def _apply_table(
         self, name: str, actions: list[Action], newest: tuple[str, Version] | None, floors: list[Floor]

@@ -275,32 +275,14 @@ class Decoder:
         self._by_id: dict[int, tuple[dict[str, Any], Any]] = {}
         self._by_fingerprint: dict[int, tuple[dict[str, Any], Any]] = {}
 
+    def writer_schema(self, data: bytes) -> dict[str, Any]:
+        """The writer schema a message's framing header names: only the header is read (``data[:5]``
+        or ``data[:10]`` is enough); ProtocolError as :meth:`decode`."""
+        return self._entry(data)[0][0]
+
     def decode(self, data: bytes) -> tuple[dict[str, Any], dict[str, Any]]:
         """Decode one message value or key; raises ProtocolError for anything unreadable."""
-        if data[:1] == REGISTRY_MAGIC:
-            if len(data) < 5:
-                raise ProtocolError(
-                    f"Confluent-framed message of {len(data)} bytes is shorter than its header"
-                )
-            schema_id = int.from_bytes(data[1:5], "big")
-            entry = self._by_id.get(schema_id)
-            if entry is None:
-                entry = self._registry_schema(schema_id)
-            offset, where = 5, f"schema id {schema_id}"
-        elif data[:2] == SINGLE_OBJECT_MAGIC:
-            if len(data) < 10:
-                raise ProtocolError(f"single-object message of {len(data)} bytes is shorter than its header")
-            value = int.from_bytes(data[2:10], "little")
-            entry = self._by_fingerprint.get(value)
-            if entry is None:
-                entry = self._published_schema(value)
-            offset, where = 10, f"fingerprint {fingerprint_hex(value)}"
-        else:
-            raise ProtocolError(
-                f"unknown Avro framing: first bytes {data[:2].hex() or 'none'} are neither 00 (Confluent "
-                "wire format) nor c301 (single-object encoding)"
-            )
-        schema, parsed = entry
+        (schema, parsed), offset, where = self._entry(data)
         body = io.BytesIO(data)
         body.seek(offset)
         try:
@@ -325,6 +307,34 @@ class Decoder:
         if not isinstance(record, dict):
             raise ProtocolError(f"message with {where}: {_schema_name(schema)} is not a record schema")
         return schema, record
+
+    def _entry(self, data: bytes) -> tuple[tuple[dict[str, Any], Any], int, str]:
+        """The (schema, parsed schema) a message's header names, where its body starts, and how to
+        name the schema in an error."""
+        if data[:1] == REGISTRY_MAGIC:
+            if len(data) < 5:
+                raise ProtocolError(
+                    f"Confluent-framed message of {len(data)} bytes is shorter than its header"
+                )
+            schema_id = int.from_bytes(data[1:5], "big")
+            entry = self._by_id.get(schema_id)
+            if entry is None:
+                entry = self._registry_schema(schema_id)
+            offset, where = 5, f"schema id {schema_id}"
+        elif data[:2] == SINGLE_OBJECT_MAGIC:
+            if len(data) < 10:
+                raise ProtocolError(f"single-object message of {len(data)} bytes is shorter than its header")
+            value = int.from_bytes(data[2:10], "little")
+            entry = self._by_fingerprint.get(value)
+            if entry is None:
+                entry = self._published_schema(value)
+            offset, where = 10, f"fingerprint {fingerprint_hex(value)}"
+        else:
+            raise ProtocolError(
+                f"unknown Avro framing: first bytes {data[:2].hex() or 'none'} are neither 00 (Confluent "
+                "wire format) nor c301 (single-object encoding)"
+            )
+        return entry, offset, where
 
     def _registry_schema(self, schema_id: int) -> tuple[dict[str, Any], Any]:
         if self.registry is None:

@@ -28,7 +28,7 @@ from typing import Any
 import tantivy
 
 from spark_consumers.index.documents import build_schema, document, id_hash, kinds_of, stored_image
-from spark_consumers.latest import Action, BatchChanges, Floor, Version
+from spark_consumers.latest import Action, BatchChanges, Floor, Version, moved_changes
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +120,7 @@ class ChangeIndex:
         new_floors = sorted((f for f in batch.floors if f not in self.floors), key=lambda f: f.version)
         for floor in new_floors:
             if floor.to_table:  # committed before the next floor: a rename's copies must be visible
-                self._move_renamed(floor)
+                self._move_renamed(floor, moved_changes(batch, floor))
             self._drop_below(floor)
             self.floors.append(floor)
             if floor.to_table:
@@ -148,10 +148,11 @@ class ChangeIndex:
             self._save(TABLES_FILE, self.tables)
         return put, deleted
 
-    def _move_renamed(self, floor: Floor) -> None:
+    def _move_renamed(self, floor: Floor, newer: Mapping[str, Version]) -> None:
         """Put the live documents of a renamed table below the rename under the new name, at the
-        rename's version (a newer document of the new name stays). A replay after the commit
-        finds nothing left under the old name."""
+        rename's version (a newer document of the new name stays, and so does a document the
+        batch itself changed later: ``newer``, key part -> that change's version, which then moves).
+        A replay after the commit finds nothing left under the old name."""
         self.index.reload()
         searcher = self.index.searcher()
         query = tantivy.Query.boolean_query(
@@ -163,6 +164,8 @@ class ChangeIndex:
             stored = searcher.doc(addr).to_dict()
             types = stored["_types"][0]
             key = stored["_key"][0]
+            if newer.get(key, (-1, -1)) > (stored["_ts"][0], stored["_pos"][0]):
+                continue
             image = stored_image((stored.get("row") or [{}])[0], kinds_of(types))
             moved.append(Action(f"{floor.to_db}/{floor.to_table}/{key}", floor.to_db, floor.to_table, key,
                                 floor.version, image, types))  # fmt: skip

@@ -12,10 +12,14 @@ Options (all strings, as Spark passes them):
                            encoding, schemas from ``<prefix>._schemas`` (``schemas.topic``)
 ``schemas.wait``           seconds a reader waits for a schema not published yet (10)
 ``maxOffsetsPerTrigger``   at most this many offsets per micro-batch (a message is one offset;
-                           watermarks count too); default: everything available
+                           watermarks count too); default: everything available. A batch the
+                           bound cuts short of a row topic's end reads no DDL topic (a DDL never
+                           comes ahead of older changes: :func:`offsets.hold_back_ddl`)
 ``startingOffsets``        ``earliest`` (default) or JSON ``{"topic": {"0": 42}}``
 ``endingOffsets``          batch reads: ``latest`` (default) or JSON
 ``kafka.<setting>``        passed to the librdkafka consumers (``kafka.security.protocol``, ...)
+``rows``                   ``json`` (default): the rows below; ``latest``: the index job's compact
+                           rows, the latest change per document of each range
 =========================  =====================================================================
 
 One Spark input partition per Kafka partition and offset range; its reader
@@ -25,7 +29,7 @@ not). Rows leave the Python worker as Arrow record batches.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,7 +50,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from bridge.errors import ConfigError
-from spark_consumers.decode import SCHEMAS_SUFFIX, ChangeDecoder, registry_client
+from spark_consumers.decode import DDL_SUFFIX, SCHEMAS_SUFFIX, ChangeDecoder, Compact, registry_client
 from spark_consumers.source import kafka, offsets
 from spark_consumers.source.offsets import Offsets
 
@@ -71,7 +75,31 @@ ARROW_SCHEMA = pa.schema(
         ("position", pa.int32()),
     ]
 )
+COMPACT_SCHEMA_DDL = (
+    "topic string, partition int, offset long, db string, table string, op string, doc string, "
+    "doc_hash long, commit_ts long, position int, image string, schema binary, before string, "
+    "types string"
+)
+COMPACT_ARROW_SCHEMA = pa.schema(
+    [
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("db", pa.string()),
+        ("table", pa.string()),
+        ("op", pa.string()),
+        ("doc", pa.string()),
+        ("doc_hash", pa.int64()),
+        ("commit_ts", pa.int64()),
+        ("position", pa.int32()),
+        ("image", pa.string()),
+        ("schema", pa.binary()),
+        ("before", pa.string()),
+        ("types", pa.string()),
+    ]
+)
 ARROW_ROWS = 4096  # rows per record batch handed to Spark
+ROW_FORMS = ("json", "latest")
 
 
 @dataclass(frozen=True)
@@ -88,6 +116,7 @@ class SourceOptions:
     starting: str = "earliest"
     ending: str = "latest"
     kafka_settings: tuple[tuple[str, str], ...] = ()  # a tuple: options are a cache key
+    rows: str = "json"  # "latest": compact rows, the latest change per document of each range
 
     @property
     def kafka(self) -> dict[str, str]:
@@ -107,7 +136,11 @@ class SourceOptions:
             limit = int(opts.get("maxoffsetspertrigger", "0"))
         except ValueError as exc:
             raise ConfigError(f"schemas.wait / maxOffsetsPerTrigger: not a number: {exc}") from None
+        rows = opts.get("rows", "json").lower()
+        if rows not in ROW_FORMS:
+            raise ConfigError(f"rows: {rows!r} is not one of {', '.join(ROW_FORMS)}")
         return cls(
+            rows=rows,
             bootstrap=bootstrap,
             topics=topics,
             with_ddl=opts.get("ddl", "true").lower() != "false",
@@ -167,6 +200,9 @@ def _clients(options: SourceOptions, topic: str) -> _WorkerClients:
 
 def read_partition(options: SourceOptions, part: RangePartition) -> Iterator[pa.RecordBatch]:
     """Decode one range into Arrow record batches (runs in a Python worker)."""
+    if options.rows == "latest":
+        yield from read_latest(options, part)
+        return
     clients = _clients(options, part.topic)
     decode = clients.decoder.decode
     rows: list[tuple[Any, ...]] = []
@@ -189,10 +225,51 @@ def read_partition(options: SourceOptions, part: RangePartition) -> Iterator[pa.
         raise
 
 
-def to_arrow(rows: list[tuple[Any, ...]]) -> pa.RecordBatch:
+def read_latest(options: SourceOptions, part: RangePartition) -> Iterator[pa.RecordBatch]:
+    """``rows=latest``: one range as compact rows (:data:`~spark_consumers.decode.COMPACT_FIELDS`),
+    reduced to the latest change per document; DDL rows all kept."""
+    clients = _clients(options, part.topic)
+    compact = clients.decoder.compact
+    rows: list[Compact] = []
+    try:
+        for chunk in kafka.read_range(clients.consumer, part.topic, part.partition, part.start, part.end):
+            for m in chunk:
+                rows.extend(
+                    compact(
+                        part.topic, part.partition, m.offset() or 0, m.key(), m.value(), kafka.header_kind(m)
+                    )
+                )
+    except BaseException:
+        _CLIENTS.pop((options, options.schemas_topic_of(part.topic)), None)
+        clients.close()
+        raise
+    rows = latest_rows(rows)
+    for at in range(0, len(rows), ARROW_ROWS):
+        yield to_arrow(rows[at : at + ARROW_ROWS], COMPACT_ARROW_SCHEMA)
+
+
+def latest_rows(rows: list[Compact]) -> list[Compact]:
+    """Compact rows reduced to the latest (commit_ts, position) per document (``db``, ``table``,
+    ``doc``; the first of equals), DDL rows kept, in their order. The applying side reduces again
+    over every range and applies its version rules: this only drops rows that would lose there."""
+    latest: dict[tuple[str, str, str], int] = {}
+    ddl: list[int] = []
+    for at, row in enumerate(rows):
+        doc = row[6]
+        if doc is None:
+            ddl.append(at)
+            continue
+        where = (row[3], row[4], doc)
+        held = latest.get(where)
+        if held is None or (rows[held][8], rows[held][9]) < (row[8], row[9]):
+            latest[where] = at
+    return [rows[at] for at in sorted([*latest.values(), *ddl])]
+
+
+def to_arrow(rows: Sequence[tuple[Any, ...]], schema: pa.Schema = ARROW_SCHEMA) -> pa.RecordBatch:
     columns = list(zip(*rows, strict=True))
     return pa.RecordBatch.from_arrays(
-        [pa.array(c, type=f.type) for c, f in zip(columns, ARROW_SCHEMA, strict=True)], schema=ARROW_SCHEMA
+        [pa.array(c, type=f.type) for c, f in zip(columns, schema, strict=True)], schema=schema
     )
 
 
@@ -246,7 +323,7 @@ class ChangeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             else offsets.merge(start, offsets.clamp(self._latest, self._target))
         )
         if isinstance(limit, ReadMaxRows):
-            end = offsets.cap(start, end, limit.max_rows)
+            end = offsets.hold_back_ddl(start, offsets.cap(start, end, limit.max_rows), end, DDL_SUFFIX)
         return end
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
@@ -292,7 +369,7 @@ class ChangeTopicsSource(DataSource):
         return NAME
 
     def schema(self) -> str:
-        return SCHEMA_DDL
+        return COMPACT_SCHEMA_DDL if self.options.get("rows", "json").lower() == "latest" else SCHEMA_DDL
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return ChangeBatchReader(SourceOptions.parse(self.options))

@@ -22,8 +22,17 @@ import pyarrow as pa
 
 from bridge.errors import UserError
 from spark_consumers.config import JobConfig
-from spark_consumers.decode import DDL_SUFFIX
-from spark_consumers.source.datasource import SCHEMA_DDL, SourceOptions, _clients, to_arrow
+from spark_consumers.decode import DDL_SUFFIX, Compact
+from spark_consumers.source.datasource import (
+    ARROW_ROWS,
+    COMPACT_ARROW_SCHEMA,
+    COMPACT_SCHEMA_DDL,
+    SCHEMA_DDL,
+    SourceOptions,
+    _clients,
+    latest_rows,
+    to_arrow,
+)
 
 
 def subscribe_pattern(globs: list[str]) -> str:
@@ -44,6 +53,19 @@ def decode_batches(options: SourceOptions) -> Any:
     """The ``mapInArrow`` function: Spark Kafka rows in, change rows out."""
 
     def decode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        if options.rows == "latest":  # the partition's compact rows, reduced as the data source does
+            compact: list[Compact] = []
+            for batch in batches:
+                for m in batch.to_pylist():
+                    decoder = _clients(options, m["topic"]).decoder
+                    kind = _header_kind(m["headers"])
+                    compact.extend(
+                        decoder.compact(m["topic"], m["partition"], m["offset"], m["key"], m["value"], kind)
+                    )
+            reduced = latest_rows(compact)
+            for at in range(0, len(reduced), ARROW_ROWS):
+                yield to_arrow(reduced[at : at + ARROW_ROWS], COMPACT_ARROW_SCHEMA)
+            return
         for batch in batches:
             rows = []
             for m in batch.to_pylist():
@@ -59,9 +81,10 @@ def decode_batches(options: SourceOptions) -> Any:
     return decode
 
 
-def kafka_stream(spark: Any, config: JobConfig) -> Any:
-    """The change rows from Spark's Kafka source; a :class:`UserError` when it is not installed."""
-    options = SourceOptions.parse(config.source_options())
+def kafka_stream(spark: Any, config: JobConfig, rows: str = "json") -> Any:
+    """The change rows from Spark's Kafka source; a :class:`UserError` when it is not installed.
+    ``rows``: as the data source's option (``latest``: the index job's compact rows)."""
+    options = SourceOptions.parse({**config.source_options(), "rows": rows})
     reader = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", config.bootstrap_servers)
@@ -84,4 +107,4 @@ def kafka_stream(spark: Any, config: JobConfig) -> Any:
             ) from None
         raise
     columns = frame.select("topic", "partition", "offset", "key", "value", "headers")
-    return columns.mapInArrow(decode_batches(options), SCHEMA_DDL)
+    return columns.mapInArrow(decode_batches(options), COMPACT_SCHEMA_DDL if rows == "latest" else SCHEMA_DDL)

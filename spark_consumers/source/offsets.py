@@ -69,6 +69,24 @@ def cap(start: Offsets, ends: Offsets, max_rows: int) -> Offsets:
     return out
 
 
+def hold_back_ddl(start: Offsets, capped: Offsets, wanted: Offsets, ddl_suffix: str) -> Offsets:
+    """``capped`` with the DDL topics (names ending in ``ddl_suffix``) kept at ``start`` while any
+    row topic's partition stops short of ``wanted`` (the ends before the cap). A batch cut by the
+    cap would otherwise carry a DDL ahead of older row changes of other topics still waiting: a
+    RENAME applied first ignores them. A DDL read later than changes after it is harmless (floors
+    and moves go by version), so the DDL waits until a batch reads every row topic to its end."""
+    behind_rows = any(
+        stop < wanted.get(t, {}).get(p, 0) for t, parts in capped.items() if not t.endswith(ddl_suffix)
+        for p, stop in parts.items()
+    )  # fmt: skip
+    if not behind_rows:
+        return capped
+    return {
+        t: ({p: start.get(t, {}).get(p, 0) for p in parts} if t.endswith(ddl_suffix) else dict(parts))
+        for t, parts in capped.items()
+    }
+
+
 def behind(position: Offsets, ends: Offsets) -> int:
     """How many offsets ``ends`` is ahead of ``position``, summed over partitions."""
     return sum(stop - first for _, _, first, stop in ranges(position, ends))

@@ -129,6 +129,35 @@ def commit_probe_row(meta_addr: str, dsn: str) -> str:
     return word
 
 
+def rename_under_load(meta_addr: str, dsn: str, index: Path) -> Any:
+    """A fault for ``run_load``: while the load runs, create ``spark_moving`` with rows, wait until
+    the job indexed them, update a few and at once ``ALTER TABLE spark_moving RENAME TO spark_moved``:
+    the documents must move, the updated ones with their update."""
+    from bridge.producer import TxnWriter, open_upstream
+    from bridge.pumpclient import PumpsClient
+
+    def fault(cluster: Any, load: Any) -> None:
+        with PumpsClient(meta_addr) as pumps:
+            writer = TxnWriter(open_upstream(dsn), pumps)
+            writer.ddl("CREATE TABLE spark_moving (id INT NOT NULL PRIMARY KEY, title VARCHAR(40) NULL)")
+            with writer.transaction() as txn:
+                for i in range(20):
+                    txn.insert("spark_moving", {"id": i, "title": f"moving row {i}"})
+            wait_for(
+                lambda: search.get(search.open_existing(index), "main/spark_moving/19"),
+                "spark_moving indexed",
+            )
+            with writer.transaction() as txn:  # most likely in the rename's micro-batch: these move
+                for i in range(5):
+                    txn.update("spark_moving", {"id": i}, {"title": f"updated row {i}"})
+            writer.ddl("ALTER TABLE spark_moving RENAME TO spark_moved")  # SQLite and MySQL alike
+            with writer.transaction() as txn:
+                txn.insert("spark_moved", {"id": 20, "title": "after the rename"})
+            writer.close()
+
+    return fault
+
+
 class StreamingJob:
     """The index job streaming in a thread of the test process (the shared SparkSession)."""
 
@@ -181,7 +210,8 @@ def test_load_streamed_into_the_index_and_snapshot_equals_the_upstream(
         spark, job("index", kafka_bootstrap, unique_name, tmp_path, "live", trigger_interval=1.0)
     )
     try:
-        run_load(cluster, upstream, seconds=6)
+        rename = rename_under_load(cluster.meta_addr, upstream, tmp_path / "live")
+        run_load(cluster, upstream, seconds=6, fault=rename, interrupt=False)
         final_ts = cluster.timestamp()
         cluster.wait_caught_up(final_ts, timeout=HANG_GUARD)
         ends = topic_ends(kafka_bootstrap, unique_name)
@@ -200,7 +230,10 @@ def test_load_streamed_into_the_index_and_snapshot_equals_the_upstream(
         streaming.close()
 
     live = tmp_path / "live"
-    report = assert_equal_to_upstream(upstream, IndexSource(live), {*LOAD_TABLES, "spark_probe"})
+    report = assert_equal_to_upstream(
+        upstream, IndexSource(live), {*LOAD_TABLES, "spark_probe", "spark_moved"}
+    )
+    assert search.get(search.open_existing(live), "main/spark_moved/0") is not None  # moved, not re-read
     print("\n".join(report.lines()))
     assert assert_found_by_key(upstream, live) > 0
     assert_full_text_finds(upstream, live)

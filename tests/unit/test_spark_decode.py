@@ -142,3 +142,58 @@ def test_an_unknown_schema_is_an_error_naming_where() -> None:
 )
 def test_field_kinds(avro_type: Any, kind: str) -> None:
     assert field_kind(avro_type) == kind
+
+
+def composite(keyless: bool = False) -> row_pb2.TableSchema:
+    """A table keyed by a DECIMAL and a DATETIME (key parts whose JSON form is text), or keyless."""
+    schema = row_pb2.TableSchema(table_id=8, db="shop", table="orders")
+    schema.columns.add(id=1, name="unit price", type=T.DECIMAL, precision=10, scale=2)
+    schema.columns.add(id=2, name="placed", type=T.DATETIME, fsp=6)
+    schema.columns.add(id=3, name="note", type=T.TEXT, nullable=True)
+    schema.max_column_id = 3
+    if not keyless:
+        schema.indexes.add(name="PRIMARY", primary=True, unique=True, columns=["unit price", "placed"])
+    return schema
+
+
+@pytest.mark.parametrize("keyless", [False, True])
+def test_compact_rows_touch_the_documents_the_json_rows_do(keyless: bool) -> None:
+    """The index job's compact rows: the same key parts (and their hash), op, version and, decoded
+    again, the same image and kinds as the full rows give through ``latest.row_actions``."""
+    from spark_consumers.decode import COMPACT_FIELDS
+    from spark_consumers.latest import id_hash, row_actions
+
+    codec, published = single_object()
+    first = (Decimal("19.90"), datetime(2024, 5, 1, 12, 0, 0, 123000), "red bike")
+    second = (Decimal("5.00"), datetime(2024, 5, 2), None)
+    changes: list[tuple[Any, Any, Any]] = [
+        ("insert", None, first),
+        ("update", first, second),
+        ("update", second, (*second[:2], "x")),
+        ("delete", second, None),
+    ]
+    decoder = ChangeDecoder(None, published)
+    for kind, before, after in changes:
+        if keyless:  # no key schema, messages without a key
+            avro = table_avro(composite(keyless))
+            source = source_record(cluster_id=1, db="shop", table="orders", start_ts=5, commit_ts=9, pos=0,
+                                   last=True)  # fmt: skip
+            key, value = b"", codec.encode(f"{TOPIC}-value", avro.value_schema,
+                                           avro.envelope(kind, before, after, source, 0))  # fmt: skip
+        else:
+            key, value = encode(codec, composite(keyless), kind, before, after)
+        full = as_dict(decoder.decode(TOPIC, 0, 1, key, value, "row"))
+        compact: list[dict[str, Any]] = [
+            dict(zip(COMPACT_FIELDS, r, strict=True)) for r in decoder.compact(TOPIC, 0, 1, key, value, "row")
+        ]
+        version = (full["commit_ts"], full["position"])
+        actions = row_actions("shop", "orders", full["op"], full["key"], full["before"], full["after"],
+                              full["types"], version)  # fmt: skip
+        assert [(r["op"], r["doc"]) for r in compact] == [
+            (full["op"] if at == 0 else "d", a.key) for at, a in enumerate(actions)
+        ], kind
+        for r, act in zip(compact, actions, strict=True):
+            assert (r["commit_ts"], r["position"]) == version
+            assert r["doc_hash"] % (1 << 64) == id_hash(act.key)
+            assert (None if r["image"] is None else json.loads(r["image"])) == act.image
+            assert decoder.types_of(r["schema"]) == act.types

@@ -142,3 +142,22 @@ def test_a_renamed_tables_documents_move_to_the_new_name(tmp_path: Path) -> None
     assert apply(index, *batch) == (0, 0)
     index.close()
     assert apply(ChangeIndex(tmp_path), row("c", 3, item(9))) == (0, 0)  # the old name is floored
+
+
+def test_a_change_in_the_renames_batch_moves_rather_than_the_older_document(tmp_path: Path) -> None:
+    """An update of the old name in the same micro-batch as the rename (a stream under load): the
+    updated row moves, not the document indexed before it, through a chain of renames too; a replay
+    of an older change with the rename keeps the newer document."""
+    index = ChangeIndex(tmp_path)
+    apply(index, row("c", 1, item(1, "brass lantern")), row("c", 1, item(2, "oak table"), pos=1))
+    apply(index, row("u", 2, item(1, "steel lamp")), rename("items", "goods", 5),
+          {**row("u", 6, item(2, "pine table")), "table": "goods"}, rename("goods", "wares", 7))  # fmt: skip
+    assert {k: v["row"]["title"] for k, v in live(tmp_path).items()} == {
+        "shop/wares/1": "steel lamp", "shop/wares/2": "pine table",
+    }  # fmt: skip
+    other = ChangeIndex(tmp_path / "replay")
+    apply(other, row("c", 3, item(1, "new lamp")))
+    apply(other, row("c", 1, item(1, "brass lantern")), rename("items", "goods", 5))
+    assert {k: v["row"]["title"] for k, v in live(tmp_path / "replay").items()} == {
+        "shop/goods/1": "new lamp"
+    }

@@ -90,3 +90,16 @@ def test_job_config_goes_through_the_one_config_builder(tmp_path: Path) -> None:
         build_config("index", {}, {**file, "text-fields": "title"})
     config = build_config("index", {"trigger-interval": "1h", "shards": 4}, file)
     assert config.trigger_interval == 3600.0 and config.shards == 4 and config.topics == ["p.*", "q.t"]
+
+
+def test_a_batch_cut_short_of_a_row_topic_reads_no_ddl() -> None:
+    """A DDL never comes ahead of older changes still waiting in a row topic: while the bound cuts
+    a row partition short, the DDL topic stays where it was; once rows reach their end, it moves."""
+    start = {"p.db.t": {"0": 10}, "p._ddl": {"0": 2}}
+    wanted = {"p.db.t": {"0": 110}, "p._ddl": {"0": 5}}
+    capped = offsets.cap(start, wanted, 50)
+    held = offsets.hold_back_ddl(start, capped, wanted, "._ddl")
+    assert held["p._ddl"] == {"0": 2} and held["p.db.t"] == capped["p.db.t"]
+    assert offsets.hold_back_ddl(start, wanted, wanted, "._ddl") == wanted  # nothing cut: DDL read
+    new_topic = {"p.db.t": {"0": 20}, "p._ddl": {"0": 5}}
+    assert offsets.hold_back_ddl({}, new_topic, wanted, "._ddl")["p._ddl"] == {"0": 0}

@@ -5,41 +5,86 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-import pyarrow as pa
 import pytest
 
+from bridge.avro import SingleObjectCodec, source_record, table_avro
 from bridge.errors import UserError
+from bridge.proto import row_pb2
+from spark_consumers.decode import COMPACT_FIELDS, ChangeDecoder, Compact
 from spark_consumers.index import search
 from spark_consumers.index.shards import META_FILE, create_or_open, merged_floors, shard_of, shard_paths
-from spark_consumers.index.tasks import COLUMNS, apply_shard, router
-from tests.unit.test_spark_index import item, row
+from spark_consumers.index.tasks import apply_shard
+from spark_consumers.source.datasource import latest_rows
 
 SHARDS = 3
+TOPIC = "bridge.shop.items"
+T = row_pb2.ColumnType
 
 
-def ddl(op: str, ts: int) -> dict[str, Any]:
-    return {"db": "shop", "table": "items", "op": op, "key": None, "before": None, "after": None,
-            "types": "{}", "commit_ts": ts, "position": -1}  # fmt: skip
+class Messages:
+    """``shop.items`` changes as the Kafka sink writes them (single-object Avro), and a decoder
+    that reads them back: what the data source and the shard tasks each hold."""
+
+    def __init__(self) -> None:
+        schema = row_pb2.TableSchema(table_id=7, db="shop", table="items")
+        schema.columns.add(id=1, name="id", type=T.BIGINT)
+        schema.columns.add(id=2, name="title", type=T.VARCHAR, length=64, nullable=True)
+        schema.max_column_id = 2
+        schema.indexes.add(name="PRIMARY", primary=True, unique=True, columns=["id"])
+        self.schemas: dict[int, str] = {}
+        self.codec = SingleObjectCodec(self.schemas.__setitem__)
+        self.avro = table_avro(schema)
+        self.decoder = ChangeDecoder(None, self.schemas.get)
+
+    def change(
+        self, op: str, ts: int, new: int | None, title: str = "red bike", old: int | None = None
+    ) -> list[Compact]:
+        """One row change, as the source's compact rows (two for an update that changes the key)."""
+        after = None if new is None else (new, title)
+        before = None if old is None else (old, title)
+        kind: Literal["insert", "update", "delete"] = {"c": "insert", "u": "update", "d": "delete"}[op]  # type: ignore[assignment]
+        source = source_record(
+            cluster_id=1, db="shop", table="items", start_ts=ts, commit_ts=ts, pos=0, last=True
+        )
+        assert self.avro.key_schema is not None
+        key = self.codec.encode(
+            f"{TOPIC}-key", self.avro.key_schema, self.avro.key_record(after or before or ())
+        )
+        value = self.codec.encode(
+            f"{TOPIC}-value", self.avro.value_schema, self.avro.envelope(kind, before, after, source, 0)
+        )
+        return self.decoder.compact(TOPIC, 0, ts, key, value, "row")
 
 
-def run_batch(paths: list[Path], rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Route ``rows`` as the first stage does, then apply each shard's part as its task does."""
-    batch = pa.RecordBatch.from_pylist([{c: r[c] for c in COLUMNS} for r in rows])
-    routed = pa.Table.from_batches(list(router(len(paths), list(range(len(paths))))(iter([batch]))))
+def ddl(op: str, ts: int) -> list[Compact]:
+    return [("bridge._ddl", 0, ts, "shop", "items", op, None, 0, ts, -1, None, None, None, "{}")]
+
+
+def run_batch(paths: list[Path], messages: Messages, *changes: list[Compact]) -> list[dict[str, Any]]:
+    """What a micro-batch does: the source reduces its range, each row goes to its key part's shard
+    (a DDL row to every shard), each shard task applies its rows."""
+    rows: list[dict[str, Any]] = [
+        dict(zip(COMPACT_FIELDS, r, strict=True)) for r in latest_rows([r for c in changes for r in c])
+    ]
     summaries = []
     for shard in range(len(paths)):
-        mine = routed.filter(pa.compute.equal(routed["_shard"], shard)).select(COLUMNS).to_pylist()
+        mine = [r for r in rows if r["doc"] is None or shard_of(r["doc"], len(paths)) == shard]
         if mine:
-            summaries.append(apply_shard([str(p) for p in paths], shard, mine, {}))
+            summaries.append(
+                apply_shard([str(p) for p in paths], shard, mine, {}, lambda t: messages.decoder)
+            )
     return summaries
 
 
 def test_documents_land_in_their_shard_and_search_reads_every_shard(tmp_path: Path) -> None:
     paths = create_or_open(tmp_path, SHARDS)
     assert json.loads((tmp_path / META_FILE).read_text()) == {"format": 2, "shards": SHARDS}
-    summaries = run_batch(paths, [row("c", 10 + i, item(i, f"red bike {i}")) for i in range(30)])
+    messages = Messages()
+    summaries = run_batch(
+        paths, messages, *[messages.change("c", 10 + i, i, f"red bike {i}") for i in range(30)]
+    )
     assert sum(s["put"] for s in summaries) == 30 and len(summaries) == SHARDS
     for s in summaries:  # a shard holds exactly the ids that hash to it
         index = search.open_existing(tmp_path)[s["shard"]]
@@ -54,20 +99,42 @@ def test_documents_land_in_their_shard_and_search_reads_every_shard(tmp_path: Pa
 
 def test_a_key_change_moves_the_document_between_shards_and_replays_change_nothing(tmp_path: Path) -> None:
     paths = create_or_open(tmp_path, SHARDS)
+    messages = Messages()
     old = 1
     new = next(i for i in range(2, 100) if shard_of(str(i), SHARDS) != shard_of("1", SHARDS))
-    moved = {**row("u", 20, item(new)), "before": json.dumps(item(old)), "key": json.dumps({"id": new})}
-    batch = [row("c", 10, item(old)), moved]
-    run_batch(paths, batch)
+    moved = messages.change("u", 20, new, old=old)
+    assert [(r[5], r[6]) for r in moved] == [
+        ("u", str(new)),
+        ("d", str(old)),
+    ]  # the put, the old key's delete
+    batch = [messages.change("c", 10, old), moved]
+    run_batch(paths, messages, *batch)
     assert {h["row"]["id"] for h in search.search(tmp_path, "*", limit=10)} == {new}
-    assert sum(s["put"] + s["deleted"] for s in run_batch(paths, batch)) == 0  # a retried batch: no change
+    assert sum(s["put"] + s["deleted"] for s in run_batch(paths, messages, *batch)) == 0  # retried: no change
     assert search.get(search.open_existing(tmp_path), f"shop/items/{old}") is None
+
+
+def test_the_source_keeps_the_latest_change_per_document_of_its_range(tmp_path: Path) -> None:
+    messages = Messages()
+    changes = [
+        messages.change("c", 10, 1, "first"),
+        messages.change("u", 11, 1, "second", old=1),
+        messages.change("c", 12, 2),
+        ddl("ALTER_TABLE", 13),
+        messages.change("d", 14, None, old=2),
+    ]
+    kept = latest_rows([r for c in changes for r in c])
+    assert [(r[5], r[6], r[8]) for r in kept] == [("u", "1", 11), ("ALTER_TABLE", None, 13), ("d", "2", 14)]
+    paths = create_or_open(tmp_path, SHARDS)
+    run_batch(paths, messages, *changes)
+    assert [h["row"]["title"] for h in search.search(tmp_path, "*", limit=10)] == ["second"]
 
 
 def test_a_drop_reaches_every_shard(tmp_path: Path) -> None:
     paths = create_or_open(tmp_path, SHARDS)
-    run_batch(paths, [row("c", 10 + i, item(i)) for i in range(12)])
-    run_batch(paths, [ddl("DROP_TABLE", 50), row("c", 40, item(99))])  # an older change: below the floor
+    messages = Messages()
+    run_batch(paths, messages, *[messages.change("c", 10 + i, i) for i in range(12)])
+    run_batch(paths, messages, ddl("DROP_TABLE", 50), messages.change("c", 40, 99))  # older: below the floor
     assert search.stats(tmp_path)["documents"] == 0
     assert merged_floors(tmp_path) == [{"db": "shop", "table": "items", "ts": 50, "pos": -1}]
 
