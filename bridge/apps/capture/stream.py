@@ -176,7 +176,7 @@ class Transactions:
             return
         builder = self._open.builder(f"{event.schema}.{event.table}", entry.table_id)
         add = builder.insert if kind == "insert" else builder.delete
-        encode, convert = entry.codec.encode, entry.convert
+        encode, convert = entry.encode, entry.convert
         for row in event.rows:
             add(encode(convert(row["values"], row["none_sources"])))
         self._open.rows += len(event.rows)
@@ -186,9 +186,8 @@ class Transactions:
         if entry is None:
             return
         builder = self._open.builder(f"{event.schema}.{event.table}", entry.table_id)
-        encode_update, convert = entry.codec.encode_update, entry.convert
+        encode, convert = entry.encode, entry.convert  # encode_update is the two images' encode
         for row in event.rows:
-            before = convert(row["before_values"], row["before_none_sources"])
-            after = convert(row["after_values"], row["after_none_sources"])
-            builder.update(*encode_update(before, after))
+            before = encode(convert(row["before_values"], row["before_none_sources"]))
+            builder.update(before, encode(convert(row["after_values"], row["after_none_sources"])))
         self._open.rows += len(event.rows)

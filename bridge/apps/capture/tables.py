@@ -34,6 +34,7 @@ from bridge.producer.errors import UnsupportedSchema
 from bridge.producer.mysql import MySQLSession, MySQLUpstream
 from bridge.proto import row_pb2
 from bridge.rowcodec import RowCodec
+from bridge.rowencode import Encoder, fast_encoder
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,7 @@ class TableEntry:
     codec: RowCodec
     convert: RowConverter
     names: tuple[str, ...]
+    encode: Encoder  # codec.encode as one generated function (bridge.rowencode): the same bytes
 
     @property
     def table_id(self) -> int:
@@ -95,7 +97,8 @@ class TableCatalog:
             self._entries.pop(name, None)
             return
         names = tuple(c.name for c in schema.columns)
-        self._entries[name] = TableEntry(schema, RowCodec(schema), RowConverter(schema), names)
+        codec = RowCodec(schema)
+        self._entries[name] = TableEntry(schema, codec, RowConverter(schema), names, fast_encoder(codec))
 
     def apply(self, updates: dict[str, row_pb2.TableSchema | None]) -> None:
         for name, schema in updates.items():
