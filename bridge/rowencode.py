@@ -113,7 +113,8 @@ def _zigzag(value: int) -> int:
 
 def _short(name: str, tag: int) -> str:
     """The expression framing bytes ``name`` as field ``tag`` of a Datum, one length byte when short."""
-    return f"bytes(({_VALUES}, len({name}) + 2, {tag}, len({name}))) + {name} if len({name}) < 126 else framed(ld({tag}, {name}))"
+    short = f"bytes(({_VALUES}, len({name}) + 2, {tag}, len({name}))) + {name}"
+    return f"{short} if len({name}) < 126 else framed(ld({tag}, {name}))"
 
 
 def fast_encoder(codec: RowCodec) -> Encoder:
@@ -161,7 +162,8 @@ def fast_encoder(codec: RowCodec) -> Encoder:
             lines += [
                 f"        elif type(v) is int and {low} <= v <= {high}:",
                 f"            z = {number}",
-                f"            p{i} = bytes(({_VALUES}, 2, {tag}, z)) if z < 128 else framed(bytes(({tag},)) + varint(z))",
+                f"            if z < 128:\n                p{i} = bytes(({_VALUES}, 2, {tag}, z))",
+                f"            else:\n                p{i} = framed(bytes(({tag},)) + varint(z))",
             ]
         elif kind in (T.FLOAT, T.DOUBLE):
             lines += [
@@ -185,7 +187,9 @@ def fast_encoder(codec: RowCodec) -> Encoder:
                 "        elif type(v) is Decimal and v.is_finite():",
                 "            t = format(v, 'f')",
                 "            w, _, f = t.partition('.')",
-                f"            if len(f) != {column.scale} or len(w.lstrip('-0')) > {digits} or (t[0] == '-' and not v):",
+                f"            if len(f) != {column.scale} or len(w.lstrip('-0')) > {digits}:",
+                "                return reference(values)",
+                "            if t[0] == '-' and not v:",
                 "                return reference(values)",
                 "            b = t.encode()",
                 f"            p{i} = {_short('b', _DECIMAL)}",

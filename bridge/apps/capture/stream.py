@@ -176,7 +176,7 @@ class Transactions:
             return
         builder = self._open.builder(f"{event.schema}.{event.table}", entry.table_id)
         add = builder.insert if kind == "insert" else builder.delete
-        encode, convert = entry.encode, entry.convert
+        encode, convert = entry.encode, entry.converter
         for row in event.rows:
             add(encode(convert(row["values"], row["none_sources"])))
         self._open.rows += len(event.rows)
@@ -186,7 +186,7 @@ class Transactions:
         if entry is None:
             return
         builder = self._open.builder(f"{event.schema}.{event.table}", entry.table_id)
-        encode, convert = entry.encode, entry.convert  # encode_update is the two images' encode
+        encode, convert = entry.encode, entry.converter  # encode_update is the two images' encode
         for row in event.rows:
             before = encode(convert(row["before_values"], row["before_none_sources"]))
             builder.update(before, encode(convert(row["after_values"], row["after_none_sources"])))

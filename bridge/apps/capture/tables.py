@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from bridge.apps.capture.config import CaptureConfig
 from bridge.apps.capture.errors import SchemaMismatch
@@ -54,6 +55,7 @@ class TableEntry:
     convert: RowConverter
     names: tuple[str, ...]
     encode: Encoder  # codec.encode as one generated function (bridge.rowencode): the same bytes
+    converter: Callable[[Mapping[str, Any], Mapping[str, str]], tuple[Any, ...]]  # convert, generated
 
     @property
     def table_id(self) -> int:
@@ -97,8 +99,10 @@ class TableCatalog:
             self._entries.pop(name, None)
             return
         names = tuple(c.name for c in schema.columns)
-        codec = RowCodec(schema)
-        self._entries[name] = TableEntry(schema, codec, RowConverter(schema), names, fast_encoder(codec))
+        codec, convert = RowCodec(schema), RowConverter(schema)
+        self._entries[name] = TableEntry(
+            schema, codec, convert, names, fast_encoder(codec), convert.unrolled()
+        )
 
     def apply(self, updates: dict[str, row_pb2.TableSchema | None]) -> None:
         for name, schema in updates.items():
