@@ -175,11 +175,11 @@ class Transactions:
         if entry is None:
             return
         builder = self._open.builder(f"{event.schema}.{event.table}", entry.table_id)
-        add = builder.insert if kind == "insert" else builder.delete
+        add_all = builder.insert_all if kind == "insert" else builder.delete_all
         encode, convert = entry.encode, entry.converter
-        for row in event.rows:
-            add(encode(convert(row["values"], row["none_sources"])))
-        self._open.rows += len(event.rows)
+        rows = event.rows
+        add_all([encode(convert(row["values"], row["none_sources"])) for row in rows])
+        self._open.rows += len(rows)
 
     def _updates(self, event: Any) -> None:
         entry = self._entry(event)
@@ -187,7 +187,10 @@ class Transactions:
             return
         builder = self._open.builder(f"{event.schema}.{event.table}", entry.table_id)
         encode, convert = entry.encode, entry.converter  # encode_update is the two images' encode
-        for row in event.rows:
-            before = encode(convert(row["before_values"], row["before_none_sources"]))
-            builder.update(before, encode(convert(row["after_values"], row["after_none_sources"])))
-        self._open.rows += len(event.rows)
+        rows = event.rows
+        images = []
+        for row in rows:
+            images.append(encode(convert(row["before_values"], row["before_none_sources"])))
+            images.append(encode(convert(row["after_values"], row["after_none_sources"])))
+        builder.update_all(images)
+        self._open.rows += len(rows)
