@@ -163,9 +163,11 @@ def fast_encoder(codec: RowCodec) -> Encoder:
                 f"        elif type(v) is int and {low} <= v <= {high}:",
                 f"            z = {number}",
                 f"            if z < 128:\n                p{i} = bytes(({_VALUES}, 2, {tag}, z))",
-                f"            elif z < 16384:\n                p{i} = bytes(({_VALUES}, 3, {tag}, z & 127 | 128, z >> 7))",
+                "            elif z < 16384:",
+                f"                p{i} = bytes(({_VALUES}, 3, {tag}, z & 127 | 128, z >> 7))",
                 "            elif z < 2097152:",
-                f"                p{i} = bytes(({_VALUES}, 4, {tag}, z & 127 | 128, z >> 7 & 127 | 128, z >> 14))",
+                f"                p{i} = bytes(({_VALUES}, 4, {tag}, z & 127 | 128,"
+                " z >> 7 & 127 | 128, z >> 14))",
                 f"            else:\n                p{i} = framed(bytes(({tag},)) + varint(z))",
             ]
         elif kind in (T.FLOAT, T.DOUBLE):

@@ -79,7 +79,7 @@ def test_what_the_reference_refuses_raises_its_error() -> None:
     schema.columns.add(id=5, name="e", type=T.DOUBLE, nullable=True)
     codec = RowCodec(schema)
     encode = fast_encoder(codec)
-    bad_rows = [
+    bad_rows: list[tuple[Any, ...]] = [
         (None, None, None, None, None),  # NULL in NOT NULL
         (1 << 31, None, None, None, None),  # out of range
         (1, "abcd", None, None, None),  # too long
@@ -99,9 +99,10 @@ def test_what_the_reference_refuses_raises_its_error() -> None:
             encode(row)
         assert str(got.value) == str(expected.value)
     # values the reference converts (an int for DECIMAL, a bool for INT, a shorter scale): the same bytes
-    for row in [
+    good_rows: list[tuple[Any, ...]] = [
         (True, "é", 3, None, 2),
         (1, None, Decimal("1.5"), None, None),
         (1, None, Decimal("-0.00"), None, None),
-    ]:
+    ]
+    for row in good_rows:
         assert encode(row) == codec.encode(row)
