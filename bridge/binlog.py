@@ -17,7 +17,7 @@ builders check their arguments and raise ``ValueError`` on misuse.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import NamedTuple
 
 from google.protobuf.message import DecodeError, Message
@@ -176,6 +176,23 @@ class TableMutationBuilder:
     def delete(self, row: bytes) -> None:
         self._mutation.deleted_rows.append(row)
         self._mutation.sequence.append(DELETE_ROW)
+
+    def insert_all(self, rows: Sequence[bytes]) -> None:
+        """:meth:`insert` of each of ``rows`` in turn (one append per field for the lot)."""
+        self._mutation.inserted_rows.extend(rows)
+        self._mutation.sequence.extend([INSERT] * len(rows))
+
+    def update_all(self, images: Sequence[bytes]) -> None:
+        """:meth:`update` of each (old, new) pair of ``images`` = [old, new, old, new, ...] in turn."""
+        if len(images) % 2:
+            raise ValueError("update images come in (old, new) pairs")
+        self._mutation.updated_rows.extend(images)
+        self._mutation.sequence.extend([UPDATE] * (len(images) // 2))
+
+    def delete_all(self, rows: Sequence[bytes]) -> None:
+        """:meth:`delete` of each of ``rows`` in turn."""
+        self._mutation.deleted_rows.extend(rows)
+        self._mutation.sequence.extend([DELETE_ROW] * len(rows))
 
     def __len__(self) -> int:
         """The number of changes collected so far."""

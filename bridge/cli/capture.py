@@ -11,6 +11,7 @@ SIGTERM/SIGINT stop after the transaction being written.
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import os
 import signal
@@ -70,12 +71,20 @@ def source_origin(args: argparse.Namespace, environ: Mapping[str, str] | None = 
     )
 
 
+GC_YOUNG_THRESHOLD = 20_000  # allocations between two young collections in the capture process
+
+
 def run(args: argparse.Namespace) -> int:
     from bridge.apps.capture import CaptureApp, CaptureFile
 
     config = bridge_config.load(CaptureFile, args.config, overrides_of(args))
     log.info("capture source %s (from %s)", config.capture.dsn().redacted(), source_origin(args))
     app = CaptureApp(config)
+    # The decoder makes a few dicts per row that die young; with the default threshold (700) the
+    # collector ran ~400 young passes over a 90k-row bench run (~0.4 s), with 20000 ~16 (~0.17 s).
+    # What start-up made lives as long as the process: frozen, the rare full passes skip it.
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
     stopped_by: list[int] = []
 
     def stop(signum: int, _frame: object) -> None:

@@ -53,6 +53,25 @@ def test_mutation_builder_keeps_the_order_of_changes() -> None:
     assert len(builder) == 0 and builder.build().table_id == 7  # build() hands over and starts again
 
 
+def test_the_builders_bulk_calls_are_their_single_calls_in_turn() -> None:
+    one, bulk = B.TableMutationBuilder(7), B.TableMutationBuilder(7)
+    for row in (b"i1", b"i2"):
+        one.insert(row)
+    one.update(b"o1", b"n1")
+    one.update(b"o2", b"n2")
+    one.delete(b"d1")
+    one.insert(b"i3")
+    bulk.insert_all([b"i1", b"i2"])
+    bulk.update_all([b"o1", b"n1", b"o2", b"n2"])
+    bulk.delete_all([b"d1"])
+    bulk.insert_all([])
+    bulk.insert_all([b"i3"])
+    assert len(bulk) == len(one) == 6
+    assert bulk.build().SerializeToString() == one.build().SerializeToString()
+    with pytest.raises(ValueError, match="pairs"):
+        bulk.update_all([b"o1"])
+
+
 def test_prewrite_commit_rollback_round_trip() -> None:
     builder = B.TableMutationBuilder(7)
     builder.insert(b"row")

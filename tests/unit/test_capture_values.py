@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from decimal import Decimal
+from typing import Any
 
 import pytest
 
@@ -15,10 +17,19 @@ from bridge.rowtemporal import MySQLDate, MySQLDateTime
 T = row_pb2.ColumnType
 
 
-def _converter(*columns: row_pb2.Column) -> RowConverter:
+def _converter(*columns: row_pb2.Column) -> Callable[[Mapping[str, Any], Mapping[str, str]], tuple[Any, ...]]:
+    """The converter; each call also checks that its generated function (the capture's) gives the same."""
     for n, column in enumerate(columns, 1):
         column.id = n
-    return RowConverter(row_pb2.TableSchema(db="d", table="t", columns=columns))
+    reference = RowConverter(row_pb2.TableSchema(db="d", table="t", columns=columns))
+    unrolled = reference.unrolled()
+
+    def convert(values: Mapping[str, Any], none_sources: Mapping[str, str]) -> tuple[Any, ...]:
+        expected = reference(values, none_sources)
+        assert unrolled(values, none_sources) == expected
+        return expected
+
+    return convert
 
 
 def test_float32_reads_as_the_server_prints_it() -> None:

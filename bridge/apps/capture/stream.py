@@ -175,20 +175,22 @@ class Transactions:
         if entry is None:
             return
         builder = self._open.builder(f"{event.schema}.{event.table}", entry.table_id)
-        add = builder.insert if kind == "insert" else builder.delete
-        encode, convert = entry.codec.encode, entry.convert
-        for row in event.rows:
-            add(encode(convert(row["values"], row["none_sources"])))
-        self._open.rows += len(event.rows)
+        add_all = builder.insert_all if kind == "insert" else builder.delete_all
+        encode, convert = entry.encode, entry.converter
+        rows = event.rows
+        add_all([encode(convert(row["values"], row["none_sources"])) for row in rows])
+        self._open.rows += len(rows)
 
     def _updates(self, event: Any) -> None:
         entry = self._entry(event)
         if entry is None:
             return
         builder = self._open.builder(f"{event.schema}.{event.table}", entry.table_id)
-        encode_update, convert = entry.codec.encode_update, entry.convert
-        for row in event.rows:
-            before = convert(row["before_values"], row["before_none_sources"])
-            after = convert(row["after_values"], row["after_none_sources"])
-            builder.update(*encode_update(before, after))
-        self._open.rows += len(event.rows)
+        encode, convert = entry.encode, entry.converter  # encode_update is the two images' encode
+        rows = event.rows
+        images = []
+        for row in rows:
+            images.append(encode(convert(row["before_values"], row["before_none_sources"])))
+            images.append(encode(convert(row["after_values"], row["after_none_sources"])))
+        builder.update_all(images)
+        self._open.rows += len(rows)

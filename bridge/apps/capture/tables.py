@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from bridge.apps.capture.config import CaptureConfig
 from bridge.apps.capture.errors import SchemaMismatch
@@ -34,6 +35,7 @@ from bridge.producer.errors import UnsupportedSchema
 from bridge.producer.mysql import MySQLSession, MySQLUpstream
 from bridge.proto import row_pb2
 from bridge.rowcodec import RowCodec
+from bridge.rowencode import Encoder, fast_encoder
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +54,8 @@ class TableEntry:
     codec: RowCodec
     convert: RowConverter
     names: tuple[str, ...]
+    encode: Encoder  # codec.encode as one generated function (bridge.rowencode): the same bytes
+    converter: Callable[[Mapping[str, Any], Mapping[str, str]], tuple[Any, ...]]  # convert, generated
 
     @property
     def table_id(self) -> int:
@@ -95,7 +99,10 @@ class TableCatalog:
             self._entries.pop(name, None)
             return
         names = tuple(c.name for c in schema.columns)
-        self._entries[name] = TableEntry(schema, RowCodec(schema), RowConverter(schema), names)
+        codec, convert = RowCodec(schema), RowConverter(schema)
+        self._entries[name] = TableEntry(
+            schema, codec, convert, names, fast_encoder(codec), convert.unrolled()
+        )
 
     def apply(self, updates: dict[str, row_pb2.TableSchema | None]) -> None:
         for name, schema in updates.items():

@@ -158,6 +158,31 @@ class RowConverter:
             plans.append((column.name, _chain(_decoder_fix(column), from_db), _zero(column)))
         self._plans = tuple(plans)
 
+    def unrolled(self) -> Callable[[Mapping[str, Any], Mapping[str, str]], tuple[Any, ...]]:
+        """:meth:`__call__` as one generated function without the loop over the columns (the same
+        values; the capture's reading thread calls it for every row image). Its source holds fixed
+        snippets and ints; names, conversions and zeros are passed in its scope."""
+        scope: dict[str, Any] = {}
+        lines = ["def convert(values, none_sources):"]
+        for i, (name, convert, zero) in enumerate(self._plans):
+            scope[f"n{i}"] = name
+            lines.append(f"    v{i} = values[n{i}]")
+            if zero is not None:
+                scope[f"z{i}"] = zero
+                lines.append(f"    if v{i} is None:")
+                lines.append(f"        if none_sources.get(n{i}, 'null') != 'null':\n            v{i} = z{i}")
+                if convert is not None:
+                    scope[f"c{i}"] = convert
+                    lines.append(f"    else:\n        v{i} = c{i}(v{i})")
+            elif convert is not None:
+                scope[f"c{i}"] = convert
+                lines.append(f"    if v{i} is not None:\n        v{i} = c{i}(v{i})")
+        names = [f"v{i}" for i in range(len(self._plans))]
+        lines.append(f"    return ({', '.join(names)}{',' if len(names) == 1 else ''})")
+        exec("\n".join(lines), scope)  # noqa: S102 - fixed snippets and ints
+        function: Callable[[Mapping[str, Any], Mapping[str, str]], tuple[Any, ...]] = scope["convert"]
+        return function
+
     def __call__(self, values: Mapping[str, Any], none_sources: Mapping[str, str]) -> tuple[Any, ...]:
         row = []
         for name, convert, zero in self._plans:
