@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.ports import PORT_SLOT_ENV, install_port_slot
+from tests.support.ports import install_port_slot
 from tests.support.process import ChildProcess, free_port
 from tests.support.spark import spark  # noqa: F401 (the session-scoped SparkSession fixture)
 
@@ -29,13 +29,15 @@ DEFAULT_REDIS_CLUSTER_NODES = "127.0.0.1:17001,127.0.0.1:17002,127.0.0.1:17003"
 WORKER_ENV = "PYTEST_XDIST_WORKER"  # gw0, gw1, ... in a worker of `pytest -n N` (scripts/test)
 WORKER_COUNT_ENV = "PYTEST_XDIST_WORKER_COUNT"
 
-if os.environ.get(WORKER_ENV, "").startswith("gw") and os.environ.get(WORKER_COUNT_ENV):
-    # Each worker (and every process it starts) hands out only its own ports: two workers
-    # never give the same port to two servers (tests/support/ports.py).
-    os.environ.setdefault(
-        PORT_SLOT_ENV, f"{int(os.environ[WORKER_ENV][2:])}/{int(os.environ[WORKER_COUNT_ENV])}"
-    )
-install_port_slot()
+_worker = os.environ.get(WORKER_ENV, "")
+# Each worker (and every process it starts) hands out only its own ports: the w-th of W shares of
+# the run's slot ($BRIDGE_PORT_SLOT=k/n, tests/support/ports.py), so two workers never give the same
+# port to two servers, nor reach into another run's slot.
+install_port_slot(
+    (int(_worker[2:]), int(os.environ[WORKER_COUNT_ENV]))
+    if _worker.startswith("gw") and os.environ.get(WORKER_COUNT_ENV)
+    else None
+)
 
 
 SPARK_MARK = re.compile(r"\bmark\.spark\b")
