@@ -63,6 +63,9 @@ HANG_GUARD = 180.0
 # the second load of the tests without a fault: long enough for a dozen DDLs and for the mutator's
 # hundred-odd transactions to run beside it (about 5 s of them here)
 MAIN_LOAD_SECONDS = 6
+# the first load (RedisPipeline.seed): at least this long, and on until its rows give this many keys
+SEED_SECONDS = 4
+SEED_KEYS = 500
 LOAD_FLAGS = [
     "--concurrency",
     "4",
@@ -183,18 +186,46 @@ class RedisPipeline:
         self.cluster.wait_caught_up(self.cluster.timestamp(), timeout=HANG_GUARD)
 
     def seed(self) -> None:
-        """The first load, caught up; then every row's keys written (the cache as the app fills it)."""
-        run_load(self.cluster, self.upstream, seconds=4, seed=11)
+        """The first load, caught up; then every row's keys written (the cache as the app fills it).
+
+        The load runs its :data:`SEED_SECONDS` and on until the upstream's rows give more than
+        :data:`SEED_KEYS` keys, then is interrupted: a starved machine writes fewer rows a second
+        (two test workers at load ~25: 461-477 keys after 4 s), and what the tests need is the
+        rows, not the seconds. Its ``seconds`` are a hang guard only."""
+
+        def rows_enough(cluster: Cluster, load: LoadProcess) -> None:
+            checked = [0.0]
+
+            def enough() -> bool:
+                progress = load.progress()
+                if not load.running:
+                    return True  # it ended by itself: run_load checks how, the assertion below what
+                if progress is None or progress.elapsed < SEED_SECONDS or time.monotonic() - checked[0] < 1:
+                    return False
+                checked[0] = time.monotonic()
+                return len(self.upstream_keys()[2]) > SEED_KEYS
+
+            wait_for(enough, f"a first load whose rows give more than {SEED_KEYS} keys", cluster)
+
+        run_load(self.cluster, self.upstream, seconds=HANG_GUARD / 2, seed=11, fault=rows_enough)
         self.catch_up()
-        self.db, self.before = snapshot(self.upstream)
-        for table, rows in self.before.items():
-            for row in rows.values():
-                self.written.update(row_keys(self.prefix, self.db, table, row))
+        self.db, self.before, self.written = self.upstream_keys()
         pipe = self.client.pipeline()
         for key in self.written:
             pipe.set(key, "cached")
         pipe.execute()
-        assert len(self.written) > 500, f"the first load left few rows: {len(self.written)} keys"
+        assert len(self.written) > SEED_KEYS, f"the first load left few rows: {len(self.written)} keys"
+
+    def upstream_keys(self) -> tuple[str, Snapshot, set[str]]:
+        """The upstream's rows now and every key :func:`redis_rules` render for them."""
+        db, rows = snapshot(self.upstream)
+        keys = {
+            key
+            for table, by_key in rows.items()
+            for row in by_key.values()
+            for key in row_keys(self.prefix, db, table, row)
+        }
+        return db, rows, keys
 
     def keys(self) -> set[str]:
         return {k.decode() for k in self.client.scan_iter(match=f"{self.prefix}:*", count=1000)}
