@@ -26,6 +26,7 @@ from bridge.apps.demo.workload import LoadProcess
 from bridge.apps.diff import diff
 from bridge.errors import BridgeError
 from bridge.meta.client import MetaClient
+from tests.support.process import discard
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -110,7 +111,7 @@ def test_sigterm_mid_run_stops_every_child(tmp_path: Path) -> None:
             asyncio.run(timestamp_without_a_token(cluster.meta_addr))
         assert_replicated(cluster, f"sqlite://{data_dir / 'upstream.db'}")
     finally:
-        cluster.stop()
+        discard(cluster)  # teardown asserts nothing about the stop
 
 
 def test_a_child_that_dies_before_ready_fails_with_its_log(tmp_path: Path) -> None:
@@ -139,7 +140,7 @@ def test_a_child_that_dies_before_ready_fails_with_its_log(tmp_path: Path) -> No
         assert load.wait(timeout=HANG_GUARD) == 0, load.process.tail()
         assert_replicated(cluster, upstream)
     finally:
-        cluster.stop()
+        discard(cluster)  # teardown asserts nothing about the stop
 
 
 def assert_replicated(cluster: Cluster, upstream: str) -> None:
