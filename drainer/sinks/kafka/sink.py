@@ -67,7 +67,7 @@ from drainer.sinks.kafka.config import admin_settings, load_config, producer_set
 from drainer.sinks.kafka.encoding import Encoder, SchemaPublisher, header_length
 from drainer.sinks.kafka.metrics import KafkaMetrics
 from drainer.sinks.kafka.producer import Headers, ProducerLink, message_size
-from drainer.sinks.kafka.rows import COMMIT_TS, POS, ROW_KIND, Table, Txn, encode_row, source_of
+from drainer.sinks.kafka.rows import COMMIT_TS, POS, POS_BYTES, ROW_KIND, Table, Txn, encode_row, source_of
 from drainer.sinks.kafka.topics import TableTopics, TopicAdmin, TopicNames, TopicSpec
 from drainer.sinks.kafka.watermarks import Watermarks
 
@@ -293,8 +293,8 @@ class KafkaSink(BatchingSink):
         image = change.after if change.after is not None else change.before
         assert image is not None
         key, value = encode_row(self.encoder, txn, table, change, image, pos, last, self.cluster_id)
-        partition = self.topics.partition(topic, schema.db, schema.table, key, event.commit_ts)
-        pos_header = str(pos).encode()
+        partition = table.partition(key, event.commit_ts)
+        pos_header = POS_BYTES[pos] if pos < 4096 else str(pos).encode()
         headers: Headers = [ROW_KIND, (COMMIT_TS, txn.commit_ts_header), (POS, pos_header)]
         size = (0 if key is None else len(key)) + len(value) + txn.header_bytes + len(pos_header)
         if size > self.config.max_message_bytes:
