@@ -39,13 +39,13 @@ def test_inserts_only_decode_in_order_with_the_snapshot_flag() -> None:
 
 
 def test_a_mixed_mutation_keeps_its_sequence_order() -> None:
-    I, U, D = MutationType.Insert, MutationType.Update, MutationType.DeleteRow
+    ins, upd, dele = MutationType.Insert, MutationType.Update, MutationType.DeleteRow
     mutation = binlog_pb2.TableMutation(
         table_id=7,
         inserted_rows=rows(1, 2),
         updated_rows=rows(3, 4),
         deleted_rows=rows(5),
-        sequence=[I, U, D, I],
+        sequence=[ins, upd, dele, ins],
     )
     assert decoded(mutation) == [
         ("insert", None, (1, "v1"), False),

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -78,16 +78,6 @@ Change = row_pb2.SchemaChange
 # Kept forever: a consumer reading from the beginning replays every DDL (docs/consume.md).
 DDL_TOPIC = {"retention.ms": "-1"}
 _TABLE_AFTER = (Change.CREATE_TABLE, Change.RENAME_TABLE, Change.ALTER_TABLE, Change.TRUNCATE_TABLE)
-
-
-def _with_last(changes: Iterator[RowChange]) -> Iterator[tuple[RowChange, bool]]:
-    """Each change with whether it is the last one (one change of look-ahead)."""
-    previous = next(changes, None)
-    for change in changes:
-        yield previous, False  # type: ignore[misc]
-        previous = change
-    if previous is not None:
-        yield previous, True
 
 
 class KafkaSink(BatchingSink):
@@ -278,13 +268,20 @@ class KafkaSink(BatchingSink):
             txn = Txn.of(event)
             schema = None
             table: Table | None = None
-            for pos, (change, last) in enumerate(_with_last(event.changes())):
+            write = self._write_change
+            changes = event.changes()
+            change = next(changes, None)  # one change of look-ahead: the last one's source says so
+            pos = 0
+            while change is not None:
+                following = next(changes, None)
                 if change.table is not schema:
                     schema = change.table
                     batch.table = table_name(schema)
                     table = Table.of(schema, txn, self.topics, self.encoder, self.cluster_id)
                 assert table is not None
-                self._write_change(txn, table, change, pos, last)
+                write(txn, table, change, pos, following is None)
+                change = following
+                pos += 1
 
     def _write_change(self, txn: Txn, table: Table, change: RowChange, pos: int, last: bool) -> None:
         event = txn.event
