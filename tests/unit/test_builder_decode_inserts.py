@@ -65,7 +65,7 @@ def test_a_mixed_mutation_keeps_its_sequence_order() -> None:
     ],
 )
 def test_an_inconsistent_mutation_of_inserts_is_refused_as_before(
-    inserted: int, sequence: list[int], deleted_ids: list[int], problem: str
+    inserted: int, sequence: list[MutationType], deleted_ids: list[int], problem: str
 ) -> None:
     mutation = binlog_pb2.TableMutation(
         table_id=7, inserted_rows=rows(*range(inserted)), sequence=sequence, deleted_ids=deleted_ids
