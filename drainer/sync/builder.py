@@ -38,7 +38,7 @@ from typing import cast
 from google.protobuf.message import DecodeError
 from prometheus_client import Counter
 
-from bridge.binlog import MutationType, iter_changes, parse_binlog, read_schema_change
+from bridge.binlog import MutationType, iter_changes, mutation_problem, parse_binlog, read_schema_change
 from bridge.chunks import SpilledParts
 from bridge.errors import ProtocolError, UserError, skip_hint
 from bridge.proto import binlog_pb2
@@ -129,6 +129,16 @@ def decode_changes(
                 schema = codec.schema
                 decode = codec.decode
                 snapshot = mutation.snapshot
+                inserted = mutation.inserted_rows
+                if (
+                    len(inserted) == len(mutation.sequence)
+                    and not mutation.updated_rows
+                    and not mutation.deleted_rows
+                    and mutation_problem(mutation) is None
+                ):  # inserts only (the sequence holds as many INSERTs as rows): no Change per row
+                    for after in inserted:
+                        yield RowChange("insert", schema, None, decode(after), snapshot)
+                    continue
                 for change in iter_changes(mutation):
                     yield RowChange(
                         _KINDS[change.kind],

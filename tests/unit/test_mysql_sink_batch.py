@@ -159,3 +159,44 @@ def test_literals_of_every_type() -> None:
     negative = -timedelta(hours=838, minutes=59, seconds=58, microseconds=990000)
     assert lit(T.TIME, negative, fsp=2) == "'-838:59:58.990000'"
     assert lit(T.INT, "7") == "'7'"  # an unexpected type falls back to pymysql's escaping, quoted
+
+
+def test_the_generated_row_writes_what_the_reference_writes() -> None:
+    """TableWriter.row is a generated function of a full-width image; row_reference is the loop it
+    replaces: the same text for every column type, NULLs, values needing escapes, unexpected types
+    (pymysql's fallback), generated columns left out, and a short image (the reference's route)."""
+    columns = [
+        ("id", T.BIGINT), ("i", T.INT), ("d", T.DECIMAL), ("f", T.DOUBLE), ("s", T.VARCHAR),
+        ("t", T.DATETIME), ("b", T.BLOB), ("dt", T.DATE), ("tm", T.TIME), ("ts", T.TIMESTAMP),
+    ]  # fmt: skip
+    table = writer(table_schema("d", "all", columns, key=["id"]))
+    images: list[tuple[object, ...]] = [
+        (1, -5, Decimal("12.30"), 0.25, "plain", datetime(2024, 1, 2, 3, 4, 5, 6), b"\x00'",
+         date(2024, 2, 29), timedelta(hours=-1), datetime(2030, 1, 1, tzinfo=UTC)),
+        (2, None, None, None, None, None, None, None, None, None),
+        (3, True, Decimal("-1E-7"), 1e300, "it's \\ \"q\" \x00\n", MySQLDateTime(0, 0, 0), b"",
+         MySQLDate(0, 0, 0), timedelta(0), None),
+        ((1 << 64) - 1, "7", 5, 3, 4, "text", "x", "2024-01-01", None, None),
+    ]  # fmt: skip
+    for image in images:
+        assert table.row(image) == table.row_reference(image)
+    assert table.row(images[1][:3]) == table.row_reference(images[1][:3])  # not full width
+    schema = table_schema("d", "gen", [("id", T.INT), ("g", T.INT), ("v", T.VARCHAR)], key=["id"])
+    schema.columns[1].generated = row_pb2.STORED
+    generated = writer(schema)
+    assert generated.row((1, 2, "x")) == generated.row_reference((1, 2, "x")) == "(1, 'x')"
+
+
+def test_a_statement_that_fits_is_one_chunk_as_before(monkeypatch: pytest.MonkeyPatch) -> None:
+    """_chunks' fast path (everything fits) gives what its loop gives, at the boundary too."""
+    parts = ["(1, 'aa')", "(2, 'bb')", "(3, 'cc')"]
+    exact = len("P") + sum(len(p) + 2 for p in parts)
+    for limit in (exact - 1, exact, exact + 1, 5):
+        monkeypatch.setattr(mysql_batch, "STATEMENT_BYTES", limit)
+        got = list(mysql_batch._chunks("P", parts, ", ", ")"))
+        assert "".join(text for text, _ in got).count("(") == 3 and sum(n for _, n in got) == 3
+        if limit >= exact:
+            assert got == [("P" + ", ".join(parts) + ")", 3)]
+        else:
+            assert len(got) > 1
+    assert list(mysql_batch._chunks("P", [], ", ")) == []

@@ -11,6 +11,7 @@ message or raises the error naming the table and commit_ts.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +26,8 @@ from drainer.sinks.kafka.topics import TableTopics
 ROW_KIND = ("bridge.kind", b"row")
 COMMIT_TS = "bridge.commit-ts"
 POS = "bridge.pos"
+# the bridge.pos header's value of the first positions of a transaction, made once
+POS_BYTES = tuple(str(pos).encode() for pos in range(4096))
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +63,8 @@ class Table:
     topic: str
     key_subject: str
     value_subject: str
+    # (key, commit_ts) -> the message's partition (TableTopics.partitioner)
+    partition: Callable[[bytes | None, int], int]
     # the RowWriter route (None: the records' only): the framings and the source's first fields
     fast: RowWriter | None = None
     key_header: bytes = b""
@@ -76,9 +81,10 @@ class Table:
         topic = topics.topic(schema.db, schema.table, event.commit_ts)
         avro = encoder.table_avro(schema)
         key_subject, value_subject = f"{topic}-key", f"{topic}-value"
+        partition = topics.partitioner(topic, schema.db, schema.table)
         fast = avro.row_writer() if txn.tails is not None else None
         if fast is None:
-            return cls(avro, topic, key_subject, value_subject)
+            return cls(avro, topic, key_subject, value_subject, partition)
         key_header: bytes | None = b""
         if avro.key_schema is not None:
             key_header = encoder.header(key_subject, avro.key_schema, event.commit_ts, schema)
@@ -88,8 +94,8 @@ class Table:
         except FALLBACK_ERRORS:
             key_header = None
         if key_header is None or value_header is None:
-            return cls(avro, topic, key_subject, value_subject)
-        return cls(avro, topic, key_subject, value_subject, fast, key_header, value_header, source)
+            return cls(avro, topic, key_subject, value_subject, partition)
+        return cls(avro, topic, key_subject, value_subject, partition, fast, key_header, value_header, source)
 
 
 def encode_row(

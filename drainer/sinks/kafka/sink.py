@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +67,7 @@ from drainer.sinks.kafka.config import admin_settings, load_config, producer_set
 from drainer.sinks.kafka.encoding import Encoder, SchemaPublisher, header_length
 from drainer.sinks.kafka.metrics import KafkaMetrics
 from drainer.sinks.kafka.producer import Headers, ProducerLink, message_size
-from drainer.sinks.kafka.rows import COMMIT_TS, POS, ROW_KIND, Table, Txn, encode_row, source_of
+from drainer.sinks.kafka.rows import COMMIT_TS, POS, POS_BYTES, ROW_KIND, Table, Txn, encode_row, source_of
 from drainer.sinks.kafka.topics import TableTopics, TopicAdmin, TopicNames, TopicSpec
 from drainer.sinks.kafka.watermarks import Watermarks
 
@@ -78,16 +78,6 @@ Change = row_pb2.SchemaChange
 # Kept forever: a consumer reading from the beginning replays every DDL (docs/consume.md).
 DDL_TOPIC = {"retention.ms": "-1"}
 _TABLE_AFTER = (Change.CREATE_TABLE, Change.RENAME_TABLE, Change.ALTER_TABLE, Change.TRUNCATE_TABLE)
-
-
-def _with_last(changes: Iterator[RowChange]) -> Iterator[tuple[RowChange, bool]]:
-    """Each change with whether it is the last one (one change of look-ahead)."""
-    previous = next(changes, None)
-    for change in changes:
-        yield previous, False  # type: ignore[misc]
-        previous = change
-    if previous is not None:
-        yield previous, True
 
 
 class KafkaSink(BatchingSink):
@@ -278,13 +268,20 @@ class KafkaSink(BatchingSink):
             txn = Txn.of(event)
             schema = None
             table: Table | None = None
-            for pos, (change, last) in enumerate(_with_last(event.changes())):
+            write = self._write_change
+            changes = event.changes()
+            change = next(changes, None)  # one change of look-ahead: the last one's source says so
+            pos = 0
+            while change is not None:
+                following = next(changes, None)
                 if change.table is not schema:
                     schema = change.table
                     batch.table = table_name(schema)
                     table = Table.of(schema, txn, self.topics, self.encoder, self.cluster_id)
                 assert table is not None
-                self._write_change(txn, table, change, pos, last)
+                write(txn, table, change, pos, following is None)
+                change = following
+                pos += 1
 
     def _write_change(self, txn: Txn, table: Table, change: RowChange, pos: int, last: bool) -> None:
         event = txn.event
@@ -293,8 +290,8 @@ class KafkaSink(BatchingSink):
         image = change.after if change.after is not None else change.before
         assert image is not None
         key, value = encode_row(self.encoder, txn, table, change, image, pos, last, self.cluster_id)
-        partition = self.topics.partition(topic, schema.db, schema.table, key, event.commit_ts)
-        pos_header = str(pos).encode()
+        partition = table.partition(key, event.commit_ts)
+        pos_header = POS_BYTES[pos] if pos < 4096 else str(pos).encode()
         headers: Headers = [ROW_KIND, (COMMIT_TS, txn.commit_ts_header), (POS, pos_header)]
         size = (0 if key is None else len(key)) + len(value) + txn.header_bytes + len(pos_header)
         if size > self.config.max_message_bytes:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import re
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any
@@ -302,6 +302,23 @@ class TableTopics:
         if mode == "table":
             return zlib.crc32(f"{db}.{table}".encode()) % count
         return commit_ts % count
+
+    def partitioner(self, topic: str, db: str, table: str) -> Callable[[bytes | None, int], int]:
+        """:meth:`partition` of ``topic``'s messages as one function of (key, commit_ts), with the
+        topic's partition count as of now (for the messages of one transaction)."""
+        count = self.admin.partitions[topic]
+        mode, skip = self._partition_by, self._header_length
+        if mode == "key":
+            crc32 = zlib.crc32
+
+            def by_key(key: bytes | None, commit_ts: int) -> int:
+                return 0 if key is None else crc32(key[skip:]) % count
+
+            return by_key
+        if mode == "table":
+            fixed = zlib.crc32(f"{db}.{table}".encode()) % count
+            return lambda key, commit_ts: fixed
+        return lambda key, commit_ts: commit_ts % count
 
     def follow(self, change: row_pb2.SchemaChange) -> None:
         """Keep the set of table topics that get watermarks in step with the DDL."""

@@ -31,6 +31,7 @@ work is serialized anyway; the server's work then overlaps with it).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -110,7 +111,7 @@ def groups(ops: Sequence[Op], batch_rows: int) -> Iterator[list[Op]]:
             keyed != table.keyed  # type: ignore[union-attr]
             or op.safe != safe
             or len(group) >= batch_rows
-            or (keyed and any(k in seen for k in keys))
+            or (keyed and not seen.isdisjoint(keys))
             or (not keyed and (op.table is not table or op.kind != kind))
         ):
             yield group
@@ -133,6 +134,10 @@ class Span(NamedTuple):
 
 def _chunks(prefix: str, parts: Sequence[str], separator: str, suffix: str = "") -> Iterator[tuple[str, int]]:
     """``prefix + separator.join(parts) + suffix``, split to stay below STATEMENT_BYTES; with part counts."""
+    if len(prefix) + sum(map(len, parts)) + len(separator) * len(parts) <= STATEMENT_BYTES:
+        if parts:  # the loop below would not split them either
+            yield prefix + separator.join(parts) + suffix, len(parts)
+        return
     start, size = 0, len(prefix)
     for i, part in enumerate(parts):
         if i > start and size + len(part) + len(separator) > STATEMENT_BYTES:
@@ -195,20 +200,39 @@ def plan(group: Sequence[Op], batch_updates: bool = True) -> list[Batch]:
         return _keyless(group)
     safe = group[0].safe
     merge_updates = safe or batch_updates
+    first = group[0].table
     tables: dict[int, list[Op]] = {}
     for op in group:
-        tables.setdefault(id(op.table), []).append(op)
+        if op.table is not first:  # several tables: each its own statements
+            for op in group:
+                ops = tables.get(id(op.table))
+                if ops is None:
+                    ops = tables[id(op.table)] = []
+                ops.append(op)
+            break
+    else:
+        tables[id(first)] = list(group)
     batches: list[Batch] = []
     for ops in tables.values():
         table, sql = ops[0].table, ops[0].table.sql
-        span = Span("", min(op.commit_ts for op in ops), max(op.commit_ts for op in ops))
-        olds = [op.before for op in ops if op.before is not None and (op.kind == "delete" or merge_updates)]
-        news = [
-            table.row(op.after)
-            for op in ops
-            if op.after is not None and (op.kind == "insert" or merge_updates)
-        ]
-        updates = [op for op in ops if op.kind == "update" and not merge_updates]
+        row = table.row
+        olds: list[tuple[object, ...]] = []
+        news: list[str] = []
+        updates: list[Op] = []
+        low = high = ops[0].commit_ts
+        for op in ops:  # one pass: the old keys, the new rows, the updates left as UPDATEs
+            kind, commit_ts = op.kind, op.commit_ts
+            if commit_ts < low:
+                low = commit_ts
+            elif commit_ts > high:
+                high = commit_ts
+            if op.before is not None and (kind == "delete" or merge_updates):
+                olds.append(op.before)
+            if op.after is not None and (kind == "insert" or merge_updates):
+                news.append(row(op.after))
+            if kind == "update" and not merge_updates:
+                updates.append(op)
+        span = Span("", low, high)
         if olds:
             batches += _deletes(table, olds, span._replace(kind="delete"))
         if news:
@@ -258,9 +282,7 @@ def units(ops: Sequence[Op], batch_rows: int, batch_updates: bool = True) -> lis
                 f"mysql sink: commit_ts {where}: table {first.table.name}: a value cannot be written "
                 f"as a MySQL literal ({type(exc).__name__}); statement: {first.table.sql.insert}"
             ) from exc
-        counts: dict[tuple[str, str], int] = {}
-        for op in group:
-            counts[op.table.name, op.kind] = counts.get((op.table.name, op.kind), 0) + 1
+        counts: dict[tuple[str, str], int] = Counter([(op.table.name, op.kind) for op in group])
         last = group[-1]
-        planned.append(Unit(batches, len(group), max(op.commit_ts for op in group), last.seq, counts))
+        planned.append(Unit(batches, len(group), max([op.commit_ts for op in group]), last.seq, counts))
     return planned

@@ -161,8 +161,48 @@ class TableWriter:
         self.replace_prefix = f"REPLACE INTO {self.ref} ({column_list}) VALUES "  # noqa: S608
         self.delete_prefix = f"DELETE FROM {self.ref} WHERE "  # noqa: S608
 
+        self._row = self._unrolled_row()
+
     def row(self, values: Sequence[object]) -> str:
         """``(v1, v2, ...)`` for a VALUES list (generated columns left out)."""
+        if len(values) == len(self.literals):
+            return self._row(values)
+        return self.row_reference(values)
+
+    def _unrolled_row(self) -> Callable[[Sequence[object]], str]:
+        """:meth:`row_reference` as one generated function of a full-width image, without the
+        per-column loop: each written column's literal inline (an ``int`` column's ``int`` as
+        ``str``, as :func:`int_literal` writes it, a text column's that needs no escape quoted, as
+        :func:`text_literal` writes it). Built from fixed snippets and ints only; the
+        texts it writes are :meth:`row_reference`'s (``tests/unit/test_mysql_translate.py``)."""
+        scope: dict[str, object] = {"str": str, "int": int, "clean": _NEEDS_ESCAPE}
+        width = len(self.literals)
+        names = ", ".join(f"v{i}" for i in range(width))
+        lines = ["def row(values):", f"    {names}{',' if width == 1 else ''} = values"]
+        parts = []
+        for i in self.written:
+            scope[f"f{i}"] = self.literals[i]
+            if self.literals[i] is int_literal:
+                lines.append(
+                    f"    a{i} = str(v{i}) if type(v{i}) is int else ('NULL' if v{i} is None else f{i}(v{i}))"
+                )
+            elif self.literals[i] is text_literal:  # text_literal's common case: nothing to escape
+                lines.append(
+                    f'    a{i} = "\'" + v{i} + "\'" if type(v{i}) is str and clean(v{i}) is None '
+                    f"else ('NULL' if v{i} is None else f{i}(v{i}))"
+                )
+            else:
+                lines.append(f"    a{i} = 'NULL' if v{i} is None else f{i}(v{i})")
+            parts.append(f"a{i}")
+        lines.append(
+            "    return '(' + " + " + ', ' + ".join(parts) + " + ')'" if parts else "    return '()'"
+        )
+        exec("\n".join(lines), scope)  # noqa: S102 - fixed snippets and ints
+        row: Callable[[Sequence[object]], str] = scope["row"]  # type: ignore[assignment]
+        return row
+
+    def row_reference(self, values: Sequence[object]) -> str:
+        """:meth:`row`, column by column (the reference of the generated function)."""
         if not self._all_written:
             literals = self.literals
             return (
