@@ -30,7 +30,11 @@ def _job_flags(parser: argparse.ArgumentParser, output: str) -> None:
     parser.add_argument("--master", help="local[2] (default), spark://host:7077")
     if output == "index":
         parser.add_argument("--shards", type=int,
-                            help="index shards at creation (default: Spark's parallelism)")  # fmt: skip
+                            help="index shards at creation (default: direct: the topics' partition "
+                                 "count; shuffle: Spark's parallelism)")  # fmt: skip
+        parser.add_argument("--index-mode", dest="index-mode", choices=["direct", "shuffle"],
+                            help="direct (default): each shard task reads its own Kafka partitions; "
+                                 "shuffle: rows through Spark, repartitioned by document")  # fmt: skip
     parser.add_argument("--source", choices=["python", "kafka"],
                         help="python: this project's data source (default); kafka: Spark's own")  # fmt: skip
 

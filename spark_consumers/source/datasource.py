@@ -19,7 +19,11 @@ Options (all strings, as Spark passes them):
 ``endingOffsets``          batch reads: ``latest`` (default) or JSON
 ``kafka.<setting>``        passed to the librdkafka consumers (``kafka.security.protocol``, ...)
 ``rows``                   ``json`` (default): the rows below; ``latest``: the index job's compact
-                           rows, the latest change per document of each range
+                           rows, the latest change per document of each range; ``index``: the
+                           index job's direct mode (:mod:`spark_consumers.index.direct`): one
+                           input partition per shard that reads, applies and commits its Kafka
+                           partitions, one summary row each (``index.path``,
+                           ``index.text_fields``)
 =========================  =====================================================================
 
 One Spark input partition per Kafka partition and offset range; its reader
@@ -99,7 +103,7 @@ COMPACT_ARROW_SCHEMA = pa.schema(
     ]
 )
 ARROW_ROWS = 4096  # rows per record batch handed to Spark
-ROW_FORMS = ("json", "latest")
+ROW_FORMS = ("json", "latest", "index")
 
 
 @dataclass(frozen=True)
@@ -117,6 +121,8 @@ class SourceOptions:
     ending: str = "latest"
     kafka_settings: tuple[tuple[str, str], ...] = ()  # a tuple: options are a cache key
     rows: str = "json"  # "latest": compact rows, the latest change per document of each range
+    index_path: str = ""  # rows=index: the index the shard tasks write
+    text_fields: str = ""  # rows=index: JSON {"db.table": [columns]}
 
     @property
     def kafka(self) -> dict[str, str]:
@@ -139,8 +145,12 @@ class SourceOptions:
         rows = opts.get("rows", "json").lower()
         if rows not in ROW_FORMS:
             raise ConfigError(f"rows: {rows!r} is not one of {', '.join(ROW_FORMS)}")
+        if rows == "index" and not opts.get("index.path"):
+            raise ConfigError("index.path: required with rows=index")
         return cls(
             rows=rows,
+            index_path=opts.get("index.path", ""),
+            text_fields=opts.get("index.text_fields", ""),
             bootstrap=bootstrap,
             topics=topics,
             with_ddl=opts.get("ddl", "true").lower() != "false",
@@ -297,6 +307,26 @@ class _Planner:
             self._probe = None
 
 
+def plan_partitions(options: SourceOptions, start: Offsets, end: Offsets) -> list[InputPartition]:
+    """The input partitions of a batch: one per Kafka range, or (``rows=index``) one per index
+    shard (:mod:`spark_consumers.index.direct`)."""
+    if options.rows == "index":
+        from spark_consumers.index import direct
+
+        return direct.plan(start, end, direct.shard_count(options.index_path))
+    return [RangePartition(*r) for r in offsets.ranges(start, end)]
+
+
+def read_any(options: SourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    if options.rows == "index":
+        from spark_consumers.index import direct
+
+        assert isinstance(partition, direct.ShardPartition)
+        return direct.read_shard(options, partition)
+    assert isinstance(partition, RangePartition)
+    return read_partition(options, partition)
+
+
 class ChangeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
@@ -330,11 +360,10 @@ class ChangeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._latest or None
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
-        return [RangePartition(*r) for r in offsets.ranges(start, end)]
+        return plan_partitions(self.options, start, end)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, RangePartition)
-        return read_partition(self.options, partition)
+        return read_any(self.options, partition)
 
     def stop(self) -> None:
         self._planner.close()
@@ -354,11 +383,10 @@ class ChangeBatchReader(DataSourceReader):
                 end = offsets.parse_offsets(self.options.ending, "endingOffsets")
         finally:
             planner.close()
-        return [RangePartition(*r) for r in offsets.ranges(start, end)]
+        return plan_partitions(self.options, start, end)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, RangePartition)
-        return read_partition(self.options, partition)
+        return read_any(self.options, partition)
 
 
 class ChangeTopicsSource(DataSource):
@@ -369,7 +397,12 @@ class ChangeTopicsSource(DataSource):
         return NAME
 
     def schema(self) -> str:
-        return COMPACT_SCHEMA_DDL if self.options.get("rows", "json").lower() == "latest" else SCHEMA_DDL
+        rows = self.options.get("rows", "json").lower()
+        if rows == "index":
+            from spark_consumers.index.direct import SUMMARY_SCHEMA
+
+            return SUMMARY_SCHEMA
+        return COMPACT_SCHEMA_DDL if rows == "latest" else SCHEMA_DDL
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return ChangeBatchReader(SourceOptions.parse(self.options))
