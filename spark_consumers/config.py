@@ -64,7 +64,9 @@ class JobSettings:
     master: str = field(default="local[2]", metadata={"help": "Spark master: local[2], spark://host:7077"})
     shards: int = field(
         default=0,
-        metadata={"help": "index shards at creation; 0: the topics' partitions (direct), Spark's parallelism"},
+        metadata={
+            "help": "index shards at creation; 0: the topics' partitions (direct), Spark's parallelism"
+        },
     )
     index_mode: Literal["direct", "shuffle"] = field(
         default="direct",

@@ -248,12 +248,20 @@ class ChangeDecoder:
         return to_json({c: image.get(c) for c in columns})
 
     def compact(
-        self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None, kind: str
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        kind: str,
+        hashed: bool = True,
     ) -> list[Compact]:
         """One message -> its :data:`Compact` rows: one per document it touches (an update that
         changes the key also deletes the old key's document: a second row, op ``d``), none for a
         message that carries no change, one for a DDL event. A row holds the image it puts as JSON
-        text (``after`` only) and the framing header of its writer schema (:meth:`types_of`)."""
+        text (``after`` only) and the framing header of its writer schema (:meth:`types_of`);
+        ``hashed=False``: ``doc_hash`` 0 (the direct index mode places documents by partition)."""
         if value is None or kind in ("tombstone", "resolved", "schema"):
             return []
         try:
@@ -281,8 +289,8 @@ class ChangeDecoder:
         header = value[:5] if value[:1] == b"\x00" else value[:10]
         image = None if op == "d" or after is None else to_json(after)
         return [
-            (topic, partition, offset, db, table, "d" if at else op, part, _signed(id_hash(part)), ts, pos,
-             None if at else image, header, None, None)
+            (topic, partition, offset, db, table, "d" if at else op, part,
+             _signed(id_hash(part)) if hashed else 0, ts, pos, None if at else image, header, None, None)
             for at, part in enumerate(parts)
         ]  # fmt: skip
 
@@ -302,8 +310,8 @@ class ChangeDecoder:
         this partition, and the others with their partition (the old key of an update that
         changed the key: the sink wrote the change to the new key's partition). A message in a
         partition its key does not hash to raises :class:`DecodeError`: the topic is not
-        partitioned by key, and documents would not stay in one partition."""
-        rows = self.compact(topic, partition, offset, key, value, kind)
+        partitioned by key, and documents would not stay in one partition. ``doc_hash`` is 0."""
+        rows = self.compact(topic, partition, offset, key, value, kind, hashed=False)
         if not rows or rows[0][6] is None:
             return rows, []
         if not key:
@@ -328,11 +336,11 @@ class ChangeDecoder:
         """The partition the sink gives the ``before`` image's key: the key record written again
         with the key's schema (Avro's encoding of a value is unique) and hashed as the sink does."""
         header = key[: _header_length(key)]
-        parsed = self._key_writers.get(header)
+        parsed: Any = self._key_writers.get(header)
         if parsed is None:
             parsed = self._key_writers[header] = parse_schema(self._decoder.writer_schema(key))
         _, record = self._decoder.decode(value)
-        before = record["before"]
+        before: Any = record["before"]
         out = io.BytesIO()
         schemaless_writer(out, parsed, {f["name"]: before[f["name"]] for f in parsed["fields"]})
         return zlib.crc32(out.getvalue()) % count

@@ -36,7 +36,7 @@ from bridge.errors import ConfigError
 from spark_consumers.config import JobConfig
 from spark_consumers.index import direct, tasks
 from spark_consumers.index.search import live_documents
-from spark_consumers.index.shards import create_or_open, open_shards, recorded_shards
+from spark_consumers.index.shards import create_or_open, open_shards, recorded_shards, shard_paths
 from spark_consumers.index.store import ChangeIndex
 from spark_consumers.latest import ddl_columns, latest_per_document, newest_columns
 from spark_consumers.snapshot import Snapshot
@@ -79,7 +79,9 @@ class BatchHandler:
             and config.source != "kafka"
         )  # fmt: skip
         if self.direct:
-            self.paths = create_or_open(config.output, direct_shards(config, spark), "kafka-partition")
+            count = direct_shards(config)
+            if count:  # else the first batch that reads a table topic creates the index
+                self.paths = create_or_open(config.output, count, "kafka-partition")
         elif config.kind == "index" and spark is not None:
             self.paths = create_or_open(config.output, config.shards or spark.sparkContext.defaultParallelism)
             self.routes = tasks.routing_values(spark, len(self.paths))
@@ -109,15 +111,18 @@ class BatchHandler:
         partitions; the driver collects their summaries and applies the deletes of changed keys
         that belong to other shards (:mod:`spark_consumers.index.direct`)."""
         summaries = [row.asDict() for row in frame.collect()]
+        if not self.paths and summaries:
+            self.paths = shard_paths(self.config.output)
         moved = direct.apply_foreign(self.paths, self.config.text_fields, summaries)
         megabytes = sum(folder_bytes(p) for p in self.paths if p.exists()) / 1e6
+        documents = live_documents(open_shards(self.config.output)) if self.paths else 0
         return BatchStats(
             rows=sum(s["changes"] for s in summaries),
             put=sum(s["put"] for s in summaries),
             deleted=sum(s["deleted"] for s in summaries) + moved,
             seconds=time.monotonic() - started,
             max_commit_ts=max([0, *(s["max_commit_ts"] for s in summaries)]),
-            size=f"{live_documents(open_shards(self.config.output))} documents ({megabytes:.1f} MB)",
+            size=f"{documents} documents ({megabytes:.1f} MB)",
             shards=summaries,
             direct=True,
         )
@@ -161,9 +166,10 @@ class BatchHandler:
             self.index.close()
 
 
-def direct_shards(config: JobConfig, spark: Any) -> int:
+def direct_shards(config: JobConfig) -> int:
     """The shard count of a direct-mode index: as recorded when it exists, else ``--shards``, else
-    the partition count of the table topics (one shard per partition; they must agree)."""
+    the partition count of the table topics (one shard per partition; they must agree); 0 when
+    there is no table topic yet (the first batch that reads one creates the index)."""
     recorded = recorded_shards(config.output)
     if recorded is not None:
         return recorded
@@ -177,15 +183,13 @@ def direct_shards(config: JobConfig, spark: Any) -> int:
     counts = {len(parts) for parts in found.values()}
     if len(counts) > 1:
         raise ConfigError(
-            f"topics: partition counts differ ({', '.join(f'{t}: {len(p)}' for t, p in sorted(found.items()))}):"
+            "topics: partition counts differ ("
+            + ", ".join(f"{t}: {len(p)}" for t, p in sorted(found.items()))
+            + "):"
             " the direct index mode has one shard per partition; give the topics one count, or run with"
             " --index-mode shuffle"
         )
-    if counts:
-        return counts.pop()
-    log.warning("no table topic yet: %d shards (give --shards the topics' partition count)",
-                spark.sparkContext.defaultParallelism)  # fmt: skip
-    return int(spark.sparkContext.defaultParallelism)
+    return counts.pop() if counts else 0
 
 
 def folder_bytes(path: Path) -> int:

@@ -32,18 +32,27 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from bridge.errors import ConfigError
-from spark_consumers.decode import COMPACT_FIELDS, DDL_SUFFIX, Compact
+from spark_consumers.decode import COMPACT_FIELDS, DDL_SUFFIX, ChangeDecoder, Compact
 from spark_consumers.index import tasks
-from spark_consumers.index.shards import placement_of, recorded_shards, shard_dir
-from spark_consumers.latest import Action, BatchChanges, keep_latest
+from spark_consumers.index.shards import create_or_open, placement_of, recorded_shards, shard_dir
+from spark_consumers.latest import (
+    Action,
+    BatchChanges,
+    apply_floors,
+    ddl_columns,
+    ddl_floor,
+    keep_latest,
+    newest_columns,
+)
 from spark_consumers.source import kafka
 from spark_consumers.source.offsets import Offsets, ranges
 
@@ -58,6 +67,7 @@ SUMMARY_ARROW = pa.schema(
      ("read_cpu_seconds", pa.float64()), ("foreign", pa.string())]
 )  # fmt: skip
 
+_loads = orjson.loads
 Range = tuple[str, int, int, int]  # topic, partition, first offset, end offset
 
 
@@ -69,13 +79,41 @@ class ShardPartition(InputPartition):
         self.shard, self.count, self.ranges = shard, count, tuple(ranges)
 
 
-def shard_count(index_path: str) -> int:
-    """The shard count of the index the job writes (created by the driver before the query starts)."""
+def shard_count(index_path: str, end: Offsets) -> int:
+    """The shard count of the index the job writes. The driver creates the index before the query
+    starts when it can tell the count (``--shards``, or table topics already there); otherwise the
+    first batch that reads a table topic creates it, one shard per partition of those topics."""
     path = Path(index_path)
     count = recorded_shards(path)
-    if count is None or placement_of(path) != "kafka-partition":
-        raise ConfigError(f"index.path {index_path}: no index of placement kafka-partition there")
+    if count is None:
+        counts = {len(parts) for topic, parts in end.items() if not topic.endswith(DDL_SUFFIX)}
+        if len(counts) != 1:
+            raise ConfigError(
+                f"--index {index_path}: the table topics' partition counts differ ({sorted(counts)}): the "
+                "direct index mode has one shard per partition; give the topics one count, or run with "
+                "--index-mode shuffle"
+            )
+        count = counts.pop()
+        create_or_open(path, count, "kafka-partition")
+    if placement_of(path) != "kafka-partition":
+        raise ConfigError(
+            f"--index {index_path}: not an index of the direct mode (placement kafka-partition)"
+        )
     return count
+
+
+def has_table_topic(end: Offsets) -> bool:
+    return any(not topic.endswith(DDL_SUFFIX) for topic in end)
+
+
+def hold_back_ddl_until_indexed(index_path: str, start: Offsets, end: Offsets) -> Offsets:
+    """``end`` with the DDL topics kept at ``start`` while there is no index yet and no table topic
+    to create it from (its shard count is their partition count): a DDL waits for the first batch
+    that has shards to apply it to."""
+    if recorded_shards(Path(index_path)) is not None or has_table_topic(end):
+        return end
+    return {t: ({p: start.get(t, {}).get(p, 0) for p in parts} if t.endswith(DDL_SUFFIX) else dict(parts))
+            for t, parts in end.items()}  # fmt: skip
 
 
 def check_partitions(end: Offsets, count: int) -> None:
@@ -109,7 +147,7 @@ def plan(start: Offsets, end: Offsets, count: int) -> list[InputPartition]:
 def read_shard(options: Any, part: ShardPartition) -> Iterator[pa.RecordBatch]:
     """Read, reduce, apply and commit one shard's part of the batch (runs in a Python worker);
     yields its summary row."""
-    from spark_consumers.source.datasource import _CLIENTS, _clients, latest_rows
+    from spark_consumers.source.datasource import _CLIENTS, _clients
 
     began = time.process_time()
     rows: list[Compact] = []
@@ -131,25 +169,71 @@ def read_shard(options: Any, part: ShardPartition) -> Iterator[pa.RecordBatch]:
             _CLIENTS.pop((options, options.schemas_topic_of(topic)), None)
             clients.close()  # a failed read leaves the consumer in an unknown state
             raise
-    changes = sum(1 for r in rows if r[6] is not None)
-    rows = latest_rows(rows)
     read = time.process_time()
-    paths = [str(shard_dir(Path(options.index_path), i)) for i in range(part.count)]
-    fields = COMPACT_FIELDS
-    summary = tasks.apply_shard(
-        paths,
-        part.shard,
-        [dict(zip(fields, r, strict=True)) for r in rows],
-        json.loads(options.text_fields or "{}"),
-        lambda t: _clients(options, t).decoder,
-        placed_by_hash=False,
-    )
-    summary |= {  # cpu_seconds: reduce and index, as in the shuffle mode; reading apart
-        "changes": changes,
+    decoders: dict[str, ChangeDecoder] = {}
+
+    def decoder_for(topic: str) -> ChangeDecoder:
+        found = decoders.get(topic)
+        if found is None:
+            found = decoders[topic] = _clients(options, topic).decoder
+        return found
+
+    changes = reduce_compact(rows, decoder_for)
+    reduced = time.process_time()
+    path = shard_dir(Path(options.index_path), part.shard)
+    index = tasks.open_writer(str(path), json.loads(options.text_fields or "{}"))
+    try:
+        ddl = [dict(zip(COMPACT_FIELDS, r, strict=True)) for r in rows if r[6] is None]
+        put, deleted = index.apply(changes, newest_columns(changes, ddl_columns(ddl)))
+    finally:
+        index.close()
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    summary = {
+        "shard": part.shard,
+        "rows": len(changes.actions),
+        "changes": changes.rows - len(ddl),
+        "put": put,
+        "deleted": deleted,
+        "max_commit_ts": changes.max_commit_ts,
+        "executor": tasks.executor_label(),
+        "cpu_seconds": time.process_time() - read,  # reduce and index, as in the shuffle mode
+        "attempt": context.attemptNumber() if context is not None else 0,
+        "reduce_cpu_seconds": reduced - read,
         "read_cpu_seconds": read - began,
         "foreign": json.dumps([[s, r[3], r[4], r[6], r[8], r[9]] for s, r in foreign]) if foreign else None,
     }
     yield pa.RecordBatch.from_pylist([summary], schema=SUMMARY_ARROW)
+
+
+def reduce_compact(rows: Sequence[Compact], decoder_for: Callable[[str], ChangeDecoder]) -> BatchChanges:
+    """Compact rows -> the latest action per document and the floors: the rules of
+    :func:`spark_consumers.index.tasks.reduce_rows` (the first of equal versions kept), on the
+    tuples; only the surviving rows' images are parsed."""
+    out = BatchChanges({}, [])
+    latest: dict[str, Compact] = {}
+    top = 0
+    for row in rows:
+        doc, ts = row[6], row[8]
+        if ts > top:
+            top = ts
+        if doc is None:
+            floor = ddl_floor(row[3], row[4], row[5], row[12], (ts, row[9]))
+            if floor is not None:
+                out.floors.append(floor)
+            continue
+        doc_id = f"{row[3]}/{row[4]}/{doc}"
+        held = latest.get(doc_id)
+        if held is None or (held[8], held[9]) < (ts, row[9]):
+            latest[doc_id] = row
+    out.rows, out.max_commit_ts = len(rows), top
+    actions = out.actions
+    for doc_id, row in latest.items():
+        image = None if row[10] is None else _loads(row[10])
+        actions[doc_id] = Action(doc_id, row[3], row[4], row[6] or "", (row[8], row[9]), image,
+                                 decoder_for(row[0]).types_of(row[11] or b""))  # fmt: skip
+    return apply_floors(out)
 
 
 def apply_foreign(paths: Sequence[Path], text_fields: Mapping[str, Sequence[str]],
@@ -160,7 +244,9 @@ def apply_foreign(paths: Sequence[Path], text_fields: Mapping[str, Sequence[str]
     for summary in summaries:
         for shard, db, table, doc, ts, pos in json.loads(summary.get("foreign") or "[]"):
             actions = by_shard.setdefault(int(shard), {})
-            keep_latest(actions, [Action(f"{db}/{table}/{doc}", db, table, doc, (int(ts), int(pos)), None, "")])
+            keep_latest(
+                actions, [Action(f"{db}/{table}/{doc}", db, table, doc, (int(ts), int(pos)), None, "")]
+            )
     done = 0
     for shard, actions in sorted(by_shard.items()):
         index = tasks.open_writer(str(paths[shard]), text_fields)

@@ -313,7 +313,7 @@ def plan_partitions(options: SourceOptions, start: Offsets, end: Offsets) -> lis
     if options.rows == "index":
         from spark_consumers.index import direct
 
-        return direct.plan(start, end, direct.shard_count(options.index_path))
+        return direct.plan(start, end, direct.shard_count(options.index_path, end))
     return [RangePartition(*r) for r in offsets.ranges(start, end)]
 
 
@@ -354,6 +354,10 @@ class ChangeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         )
         if isinstance(limit, ReadMaxRows):
             end = offsets.hold_back_ddl(start, offsets.cap(start, end, limit.max_rows), end, DDL_SUFFIX)
+        if self.options.rows == "index":
+            from spark_consumers.index import direct
+
+            end = direct.hold_back_ddl_until_indexed(self.options.index_path, start, end)
         return end
 
     def reportLatestOffset(self) -> dict[str, Any] | None:

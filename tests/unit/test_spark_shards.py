@@ -80,7 +80,8 @@ def run_batch(paths: list[Path], messages: Messages, *changes: list[Compact]) ->
 
 def test_documents_land_in_their_shard_and_search_reads_every_shard(tmp_path: Path) -> None:
     paths = create_or_open(tmp_path, SHARDS)
-    assert json.loads((tmp_path / META_FILE).read_text()) == {"format": 2, "shards": SHARDS, "placement": "hash"}
+    recorded = json.loads((tmp_path / META_FILE).read_text())
+    assert recorded == {"format": 2, "shards": SHARDS, "placement": "hash"}
     messages = Messages()
     summaries = run_batch(
         paths, messages, *[messages.change("c", 10 + i, i, f"red bike {i}") for i in range(30)]
