@@ -36,7 +36,13 @@ from bridge.errors import ConfigError
 from spark_consumers.config import JobConfig
 from spark_consumers.index import direct, tasks
 from spark_consumers.index.search import live_documents
-from spark_consumers.index.shards import create_or_open, open_shards, recorded_shards, shard_paths
+from spark_consumers.index.shards import (
+    create_or_open,
+    create_pending,
+    open_shards,
+    recorded_shards,
+    shard_paths,
+)
 from spark_consumers.index.store import ChangeIndex
 from spark_consumers.latest import ddl_columns, latest_per_document, newest_columns
 from spark_consumers.snapshot import Snapshot
@@ -80,8 +86,10 @@ class BatchHandler:
         )  # fmt: skip
         if self.direct:
             count = direct_shards(config)
-            if count:  # else the first batch that reads a table topic creates the index
+            if count:
                 self.paths = create_or_open(config.output, count, "kafka-partition")
+            else:  # the first batch that reads a table topic records the shards (one per partition)
+                create_pending(config.output, "kafka-partition")
         elif config.kind == "index" and spark is not None:
             self.paths = create_or_open(config.output, config.shards or spark.sparkContext.defaultParallelism)
             self.routes = tasks.routing_values(spark, len(self.paths))
@@ -111,7 +119,7 @@ class BatchHandler:
         partitions; the driver collects their summaries and applies the deletes of changed keys
         that belong to other shards (:mod:`spark_consumers.index.direct`)."""
         summaries = [row.asDict() for row in frame.collect()]
-        if not self.paths and summaries:
+        if not self.paths:
             self.paths = shard_paths(self.config.output)
         moved = direct.apply_foreign(self.paths, self.config.text_fields, summaries)
         megabytes = sum(folder_bytes(p) for p in self.paths if p.exists()) / 1e6

@@ -69,9 +69,22 @@ def _recorded(path: Path) -> int | None:
     if not meta.exists():
         return None
     data = json.loads(meta.read_text())
+    if data.get("format") == FORMAT and data.get("shards") is None and data.get("placement"):
+        return None  # pending: a direct-mode index whose first batch will record its shards
     if data.get("format") != FORMAT or int(data.get("shards", 0)) < 1:
         raise UserError(f"--index {path}: {META_FILE} of an unknown format: {data}")
     return int(data["shards"])
+
+
+def create_pending(path: Path, placement: str) -> None:
+    """An index whose shard count is not known yet (the direct mode started before any table
+    topic exists: the first batch that reads one records it); readers find it empty meanwhile."""
+    if (path / META_FILE).exists() or is_single_writer_index(path):
+        return
+    path.mkdir(parents=True, exist_ok=True)
+    tmp = path / (META_FILE + ".tmp")
+    tmp.write_text(json.dumps({"format": FORMAT, "shards": None, "placement": placement}))
+    os.replace(tmp, path / META_FILE)
 
 
 def placement_of(path: Path) -> str | None:
@@ -130,6 +143,8 @@ def shard_paths(path: Path) -> list[Path]:
         return [path]
     recorded = _recorded(path)
     if recorded is None:
+        if (path / META_FILE).exists():
+            return []  # pending (create_pending): no shard yet
         raise UserError(f"--index {path}: no index there (run the index job first)")
     return [shard_dir(path, i) for i in range(recorded)]
 

@@ -225,3 +225,15 @@ def test_the_driver_applies_old_key_deletes_to_their_shard_by_version(tmp_path: 
     assert apply_foreign(paths, {}, later) == 1
     assert search.get(search.open_existing(tmp_path), "shop/items/7") is None
     assert apply_foreign(paths, {}, later) == 0  # replayed: the tombstone holds the version
+
+
+def test_a_pending_direct_index_reads_empty_until_its_first_batch_records_the_shards(tmp_path: Path) -> None:
+    from spark_consumers.index.direct import shard_count
+    from spark_consumers.index.shards import create_pending
+
+    create_pending(tmp_path, "kafka-partition")
+    assert search.search(tmp_path, "x") == [] and search.stats(tmp_path)["documents"] == 0
+    assert shard_count(str(tmp_path), {"b._ddl": {"0": 4}, "b.shop.items": {"0": 1, "1": 0}}) == 2
+    assert len(shard_paths(tmp_path)) == 2
+    create_pending(tmp_path, "kafka-partition")  # a later start changes nothing
+    assert len(shard_paths(tmp_path)) == 2
