@@ -289,8 +289,10 @@ class RunningJob:
             writer = writer.trigger(availableNow=True)
         else:
             writer = writer.trigger(processingTime=f"{int(config.trigger_interval * 1000)} milliseconds")
+        self._writer = writer
         self.query = writer.start()
         self._shown: set[int] = set()
+        self.restarts = 0
 
     def position(self) -> offsets.Offsets:
         """The end offsets of the last batch applied (what a restart resumes from)."""
@@ -308,12 +310,17 @@ class RunningJob:
     def wait(self, out: Any) -> int:
         """Run until the query ends (available-now), fails (raised), or a stop is requested."""
         try:
-            while self.query.isActive:
-                self.query.awaitTermination(0.5)
-                _print_progress(self.query, self.handler, self._shown, out)
-                if self.stop.requested and not self.handler.in_batch.is_set():
-                    self.query.stop()
-            self.query.awaitTermination()  # raises the query's failure, if any
+            while True:
+                try:
+                    self._follow(out)
+                    break
+                except Exception as exc:  # the query's failure
+                    if not _transient(exc) or self.restarts >= RESTARTS or self.stop.requested:
+                        raise
+                    self.restarts += 1
+                    log.warning("the query failed (%s); restarting it from its checkpoint (%d of %d)",
+                                str(exc).splitlines()[0][:300], self.restarts, RESTARTS)  # fmt: skip
+                    self.query = self._writer.start()
             _print_progress(self.query, self.handler, self._shown, out, final=True)
         finally:
             self.handler.close()
@@ -322,6 +329,25 @@ class RunningJob:
         reason = "signal" if self.stop.requested else "all available data applied"
         print(f"stopped: {reason}", file=out, flush=True)
         return 0
+
+    def _follow(self, out: Any) -> None:
+        while self.query.isActive:
+            self.query.awaitTermination(0.5)
+            _print_progress(self.query, self.handler, self._shown, out)
+            if self.stop.requested and not self.handler.in_batch.is_set():
+                self.query.stop()
+        self.query.awaitTermination()  # raises the query's failure, if any
+
+
+RESTARTS = 3
+# Spark waits a fixed 10 s for a new Python worker to connect back (PythonWorkerFactory); on a
+# loaded machine a worker's start-up (an interpreter importing pyspark) can take longer. The query
+# fails then, before or between batches; restarting it from its checkpoint is safe (the job is).
+_TRANSIENT = ("Python worker failed to connect back",)
+
+
+def _transient(exc: BaseException) -> bool:
+    return any(text in str(exc) for text in _TRANSIENT)
 
 
 def run(spark: Any, config: JobConfig, stop: StopFlag | None = None, out: Any = None) -> int:
