@@ -197,9 +197,26 @@ def test_the_direct_modes_reduction_is_the_shuffle_modes() -> None:
     from spark_consumers.index.tasks import reduce_rows
 
     messages = Messages()
-    rename = [("bridge._ddl", 0, 30, "shop", "things", "RENAME_TABLE", None, 0, 30, -1, None, None,
-               '{"old_db": "shop", "old_table": "items"}', "{}")]  # fmt: skip
-    rows = [r for c in [
+    moved_from = '{"old_db": "shop", "old_table": "items"}'
+    rename: list[Compact] = [
+        (
+            "bridge._ddl",
+            0,
+            30,
+            "shop",
+            "things",
+            "RENAME_TABLE",
+            None,
+            0,
+            30,
+            -1,
+            None,
+            None,
+            moved_from,
+            "{}",
+        )
+    ]
+    rows: list[Compact] = [r for c in [
         messages.change("c", 10, 1, "first"), messages.change("u", 11, 1, "second", old=1),
         messages.change("u", 12, 3, "moved", old=2), messages.change("c", 12, 3, "same version"),
         messages.change("d", 14, None, old=4), rename, messages.change("c", 40, 5),
@@ -218,10 +235,15 @@ def test_the_driver_applies_old_key_deletes_to_their_shard_by_version(tmp_path: 
     messages = Messages()
     rows = [dict(zip(COMPACT_FIELDS, r, strict=True)) for r in messages.change("c", 10, 7)]
     apply_shard([str(p) for p in paths], 2, rows, {}, lambda t: messages.decoder, placed_by_hash=False)
-    newer = [{"foreign": json.dumps([[2, "shop", "items", "7", 5, 0]])}]  # older than the put: no change
+    newer: list[dict[str, Any]] = [
+        {"foreign": json.dumps([[2, "shop", "items", "7", 5, 0]])}
+    ]  # older than the put: no change
     assert apply_foreign(paths, {}, newer) == 0
     assert search.get(search.open_existing(tmp_path), "shop/items/7") is not None
-    later = [{"foreign": json.dumps([[2, "shop", "items", "7", 20, 0]])}, {"foreign": None}]
+    later: list[dict[str, Any]] = [
+        {"foreign": json.dumps([[2, "shop", "items", "7", 20, 0]])},
+        {"foreign": None},
+    ]
     assert apply_foreign(paths, {}, later) == 1
     assert search.get(search.open_existing(tmp_path), "shop/items/7") is None
     assert apply_foreign(paths, {}, later) == 0  # replayed: the tombstone holds the version
