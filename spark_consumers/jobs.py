@@ -47,7 +47,7 @@ from spark_consumers.index.store import ChangeIndex
 from spark_consumers.latest import ddl_columns, latest_per_document, newest_columns
 from spark_consumers.snapshot import Snapshot
 from spark_consumers.source import kafka, offsets
-from spark_consumers.source.datasource import SourceOptions
+from spark_consumers.source.clients import SourceOptions
 
 log = logging.getLogger(__name__)
 

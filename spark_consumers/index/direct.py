@@ -147,7 +147,7 @@ def plan(start: Offsets, end: Offsets, count: int) -> list[InputPartition]:
 def read_shard(options: Any, part: ShardPartition) -> Iterator[pa.RecordBatch]:
     """Read, reduce, apply and commit one shard's part of the batch (runs in a Python worker);
     yields its summary row."""
-    from spark_consumers.source.datasource import _CLIENTS, _clients
+    from spark_consumers.source.clients import _CLIENTS, _clients
 
     began = time.process_time()
     rows: list[Compact] = []

@@ -46,7 +46,7 @@ from spark_consumers.latest import (
     keep_latest,
     newest_columns,
 )
-from spark_consumers.source.datasource import SourceOptions
+from spark_consumers.source.clients import SourceOptions
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +111,7 @@ def shard_writer(
     Each task finds its rows' column kinds with its Python worker's decoder for the topic."""
 
     def write(batches: Batches) -> Batches:
-        from spark_consumers.source.datasource import _clients
+        from spark_consumers.source.clients import _clients
 
         by_shard: dict[int, list[pa.RecordBatch]] = {}
         for batch in batches:
