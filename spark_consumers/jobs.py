@@ -320,6 +320,7 @@ class RunningJob:
                     self.restarts += 1
                     log.warning("the query failed (%s); restarting it from its checkpoint (%d of %d)",
                                 str(exc).splitlines()[0][:300], self.restarts, RESTARTS)  # fmt: skip
+                    time.sleep(RESTART_PAUSE * self.restarts)  # a load spike passes
                     self.query = self._writer.start()
             _print_progress(self.query, self.handler, self._shown, out, final=True)
         finally:
@@ -339,7 +340,8 @@ class RunningJob:
         self.query.awaitTermination()  # raises the query's failure, if any
 
 
-RESTARTS = 3
+RESTARTS = 5
+RESTART_PAUSE = 3.0  # seconds, times the restart's number
 # Spark waits a fixed 10 s for a new Python worker to connect back (PythonWorkerFactory); on a
 # loaded machine a worker's start-up (an interpreter importing pyspark) can take longer. The query
 # fails then, before or between batches; restarting it from its checkpoint is safe (the job is).
