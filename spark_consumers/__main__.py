@@ -102,6 +102,9 @@ def failure(exc: BaseException) -> tuple[str, int]:
     """A failed query as one line and an exit status: the cause our code raised, wherever Spark
     wrapped it (a driver-side source call or a task), else the first line Spark gives."""
     text = str(exc)
+    name = type(exc).__name__
+    if name in ("BrokerError", "ConfigError", "UserError", "SchemaError", "DecodeError"):
+        return text.splitlines()[0] if text else name, _STATUS.get(name, EXIT_USAGE)  # raised here
     found = _OUR_ERROR.search(text)
     if found is not None:
         return found.group(2).strip(), _STATUS.get(found.group(1), EXIT_USAGE)
