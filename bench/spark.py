@@ -9,15 +9,20 @@ as the Kafka sink encodes them (single-object encoding, the schema on the
 
 ``value``: ``spark_consumers.jobs.run`` with ``--available-now`` on
 ``--master`` (``local[2]``) over that topic into an empty index and
-checkpoint: rows/s from the query's start to its end (every batch's index
-committed). The SparkSession is started before timing (its start-up is
-reported as ``session_seconds``), and one message per partition is read
-through the data source first, so the Python workers have started.
+checkpoint, in the default ``--index-mode direct`` (each shard task reads its
+own Kafka partitions; :mod:`spark_consumers.index.direct`): rows/s from the
+query's start to its end (every batch's index committed). ``shuffle`` (for
+information): the same job in ``--index-mode shuffle`` (rows through Spark,
+repartitioned by document), with its CPU split under ``shuffle_cpu``. The
+SparkSession is started before timing (its start-up is reported as
+``session_seconds``), and one message per partition is read through the
+data source first, so the Python workers have started.
 
 ``ceiling``: in the same run, what a user would hand-write without this
 project (:mod:`bench.spark_ceiling`): one process with confluent-kafka,
 fastavro's schemaless reader and tantivy (delete by id, add, one commit per
-``--batch`` rows). ``ratio`` = value / ceiling.
+``--batch`` rows). ``ratio`` = value / ceiling; ``ceiling_cpu_us``: that process's CPU microseconds per
+change (tantivy's threads included).
 
 ``loop`` (for information): one Python loop with no Spark using this project's
 code: the same :class:`~spark_consumers.decode.ChangeDecoder` decodes each
@@ -27,9 +32,12 @@ index exactly as a micro-batch is.
 ``driver_cpu_us``, ``job_cpu_us``: CPU microseconds per change of the
 driver's Python process, and of the whole job (that process, its JVM, the
 Python workers; from ``/proc``): the driver plans, the executors do the work.
-``reduce_cpu_us``, ``index_cpu_us``: of the shard tasks (their own
-summaries): reducing (decoding the surviving rows' Avro included), and
-applying to tantivy and committing. ``source_cpu_us``: a separate, untimed
+``read_cpu_us`` (direct mode), ``reduce_cpu_us``, ``index_cpu_us``: of the
+shard tasks (their own summaries): fetching, decoding and reducing each
+partition's changes; reducing over the partitions (decoding the surviving
+rows' Avro included); applying to tantivy and committing. ``tasks_cpu_us``:
+their sum; ``spark_cpu_us``: the rest of ``job_cpu_us`` (Spark itself: the
+JVM, scheduling, Python workers' framing, the driver). ``source_cpu_us``: a separate, untimed
 pass reading the topic's compact rows through the data source into Spark
 and dropping them (the whole process tree: Python reading, decoding and
 reducing each range, and the JVM taking the rows in).
@@ -74,6 +82,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch", type=int, default=100_000, help="rows per micro-batch (both sides)")
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--no-shuffle", dest="shuffle", action="store_false",
+                        help="leave out the informational --index-mode shuffle run")  # fmt: skip
 
 
 def progress(message: str) -> None:
@@ -145,13 +155,15 @@ def measure_source(spark: Any, bootstrap: str, topic: str, rows: int) -> float:
 
 
 def measure_spark(
-    spark: Any, bootstrap: str, topic: str, rows: int, batch: int, work: Path
+    spark: Any, bootstrap: str, topic: str, rows: int, batch: int, work: Path, mode: str = "direct"
 ) -> tuple[float, dict[str, float]]:
     """rows/s, and CPU microseconds per change: of the driver's Python process, of the job (the
-    whole process tree), and of the shard tasks' reduce (decoding included) and index stages."""
+    whole process tree), and of the shard tasks' read (direct mode), reduce (decoding included) and
+    index stages."""
     config = JobConfig(
-        kind="index", bootstrap_servers=bootstrap, topics=[topic], output=work / "spark-index",
-        checkpoint=work / "spark-checkpoint", available_now=True, max_offsets_per_trigger=batch,
+        kind="index", bootstrap_servers=bootstrap, topics=[topic], output=work / f"spark-index-{mode}",
+        checkpoint=work / f"spark-checkpoint-{mode}", available_now=True, max_offsets_per_trigger=batch,
+        index_mode=mode,
     )  # fmt: skip
     tree_before = spark_ceiling.tree_cpu_seconds(os.getpid())
     driver_before = time.process_time()
@@ -162,12 +174,15 @@ def measure_spark(
     driver = (time.process_time() - driver_before) / rows * 1e6
     total = tree_cpu_since(tree_before) / rows * 1e6
     summaries = [s for stats in job.handler.stats.values() for s in stats.shards]
+    read = sum(s.get("read_cpu_seconds", 0.0) for s in summaries) / rows * 1e6
     reduce = sum(s["reduce_cpu_seconds"] for s in summaries) / rows * 1e6
     index = sum(s["cpu_seconds"] for s in summaries) / rows * 1e6 - reduce
-    progress(f"spark job: {rows:,} rows in {elapsed:.2f}s = {rows / elapsed:,.0f} rows/s; CPU per change: "
-             f"driver {driver:.1f} us, job {total:.1f} us (shard tasks: reduce {reduce:.1f}, "
-             f"index {index:.1f})")  # fmt: skip
-    cpu = {"driver_cpu_us": driver, "job_cpu_us": total, "reduce_cpu_us": reduce, "index_cpu_us": index}
+    tasks = read + reduce + index
+    progress(f"spark job ({mode}): {rows:,} rows in {elapsed:.2f}s = {rows / elapsed:,.0f} rows/s; CPU per "
+             f"change: driver {driver:.1f} us, job {total:.1f} us (shard tasks {tasks:.1f}: read {read:.1f}, "
+             f"reduce {reduce:.1f}, index {index:.1f}; Spark and the rest {total - tasks:.1f})")  # fmt: skip
+    cpu = {"driver_cpu_us": driver, "job_cpu_us": total, "read_cpu_us": read, "reduce_cpu_us": reduce,
+           "index_cpu_us": index, "tasks_cpu_us": tasks, "spark_cpu_us": total - tasks}  # fmt: skip
     return rows / elapsed, cpu
 
 
@@ -214,9 +229,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     spark = spark_session(args.master, "bench-spark")
     session_seconds = time.perf_counter() - began
     warm_up(spark, args.bootstrap_servers, topic, args.partitions)
-    best_spark = best_loop = best_ceiling = 0.0
+    best_spark = best_loop = best_ceiling = best_shuffle = 0.0
     cpu: dict[str, float] = {}
-    source_cpu = 0.0
+    shuffle_cpu: dict[str, float] = {}
+    source_cpu = ceiling_cpu = 0.0
     try:
         for attempt in range(args.repeat):
             work = Path(tempfile.mkdtemp(prefix="bench-spark-"))
@@ -224,13 +240,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 rate, used = measure_spark(spark, args.bootstrap_servers, topic, args.rows, args.batch, work)
                 if rate > best_spark:
                     best_spark, cpu = rate, used
+                if args.shuffle:
+                    rate, used = measure_spark(spark, args.bootstrap_servers, topic, args.rows, args.batch,
+                                               work, "shuffle")  # fmt: skip
+                    if rate > best_shuffle:
+                        best_shuffle, shuffle_cpu = rate, used
                 source_cpu = measure_source(spark, args.bootstrap_servers, topic, args.rows)
                 progress(f"source alone: {source_cpu:.1f} us CPU per change")
+                cpu_before = time.process_time()
                 ceiling = spark_ceiling.measure(
                     args.bootstrap_servers, topic, args.partitions, args.rows, args.batch, work / "ceiling"
                 )
-                progress(f"hand-written ceiling: {ceiling:,.0f} rows/s")
-                best_ceiling = max(best_ceiling, ceiling)
+                used_us = (time.process_time() - cpu_before) / args.rows * 1e6
+                progress(f"hand-written ceiling: {ceiling:,.0f} rows/s, {used_us:.1f} us CPU per change")
+                if ceiling > best_ceiling:
+                    best_ceiling, ceiling_cpu = ceiling, used_us
                 best_loop = max(
                     best_loop, measure_loop(args.bootstrap_servers, topic, args.rows, args.batch, work)
                 )
@@ -242,7 +266,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "name": "spark", "value": round(best_spark), "unit": "rows/s", "ceiling": round(best_ceiling),
         "ratio": round(best_spark / best_ceiling, 3), "loop": round(best_loop),
-        **{name: round(us, 1) for name, us in cpu.items()}, "source_cpu_us": round(source_cpu, 1),
+        **{name: round(us, 1) for name, us in cpu.items()},
+        "shuffle": round(best_shuffle),
+        "shuffle_cpu": {name: round(us, 1) for name, us in shuffle_cpu.items()},
+        "source_cpu_us": round(source_cpu, 1), "ceiling_cpu_us": round(ceiling_cpu, 1),
         "rows": args.rows,
         "partitions": args.partitions, "batch": args.batch, "master": args.master,
         "session_seconds": round(session_seconds, 1),

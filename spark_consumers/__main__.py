@@ -30,7 +30,11 @@ def _job_flags(parser: argparse.ArgumentParser, output: str) -> None:
     parser.add_argument("--master", help="local[2] (default), spark://host:7077")
     if output == "index":
         parser.add_argument("--shards", type=int,
-                            help="index shards at creation (default: Spark's parallelism)")  # fmt: skip
+                            help="index shards at creation (default: direct: the topics' partition "
+                                 "count; shuffle: Spark's parallelism)")  # fmt: skip
+        parser.add_argument("--index-mode", dest="index-mode", choices=["direct", "shuffle"],
+                            help="direct (default): each shard task reads its own Kafka partitions; "
+                                 "shuffle: rows through Spark, repartitioned by document")  # fmt: skip
     parser.add_argument("--source", choices=["python", "kafka"],
                         help="python: this project's data source (default); kafka: Spark's own")  # fmt: skip
 
@@ -98,6 +102,9 @@ def failure(exc: BaseException) -> tuple[str, int]:
     """A failed query as one line and an exit status: the cause our code raised, wherever Spark
     wrapped it (a driver-side source call or a task), else the first line Spark gives."""
     text = str(exc)
+    name = type(exc).__name__
+    if name in ("BrokerError", "ConfigError", "UserError", "SchemaError", "DecodeError"):
+        return text.splitlines()[0] if text else name, _STATUS.get(name, EXIT_USAGE)  # raised here
     found = _OUR_ERROR.search(text)
     if found is not None:
         return found.group(2).strip(), _STATUS.get(found.group(1), EXIT_USAGE)

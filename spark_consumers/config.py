@@ -16,6 +16,7 @@ errors name the key (``index: required``).
     trigger-interval = "2s"             # or available-now = true
     max-offsets-per-trigger = 200000
     master = "local[2]"
+    index-mode = "direct"               # or "shuffle" (see docs/spark-consumers.md)
 
     [text-fields]                       # full-text columns per table (default: every string column)
     "shop.products" = ["title", "description"]
@@ -61,7 +62,16 @@ class JobSettings:
         default=DEFAULT_MAX_OFFSETS, metadata={"help": "offsets per micro-batch; 0: no bound"}
     )
     master: str = field(default="local[2]", metadata={"help": "Spark master: local[2], spark://host:7077"})
-    shards: int = field(default=0, metadata={"help": "index shards at creation; 0: Spark's parallelism"})
+    shards: int = field(
+        default=0,
+        metadata={
+            "help": "index shards at creation; 0: the topics' partitions (direct), Spark's parallelism"
+        },
+    )
+    index_mode: Literal["direct", "shuffle"] = field(
+        default="direct",
+        metadata={"help": "direct: shard tasks read their Kafka partitions; shuffle: rows through Spark"},
+    )
     source: Literal["python", "kafka"] = field(
         default="python", metadata={"help": "python: this project's data source; kafka: Spark's own"}
     )
@@ -87,6 +97,7 @@ class JobConfig:
     master: str = "local[2]"
     shards: int = 0  # index shards when the index is created; 0: the session's default parallelism
     source: str = "python"
+    index_mode: str = "direct"  # direct: shard i reads partition i of the topics; shuffle: rows through Spark
     text_fields: dict[str, list[str]] = field(default_factory=dict)
     kafka: dict[str, str] = field(default_factory=dict)
     spark_conf: dict[str, str] = field(default_factory=dict)
@@ -139,6 +150,7 @@ def build_config(kind: str, flags: dict[str, Any], file_settings: dict[str, Any]
         master=settings.master,
         shards=settings.shards,
         source=settings.source,
+        index_mode=settings.index_mode,
         text_fields={str(t): [str(c) for c in cols] for t, cols in free["text-fields"].items()},
         kafka={str(k): str(v) for k, v in free["kafka"].items()},
         spark_conf={str(k): str(v) for k, v in free["spark"].items()},

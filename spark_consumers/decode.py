@@ -23,11 +23,14 @@ resolved-ts watermarks carry no change and give no row.
 from __future__ import annotations
 
 import base64
+import io
+import zlib
 from collections.abc import Callable, Mapping
 from decimal import Decimal
 from typing import Any
 
 import orjson
+from fastavro import parse_schema, schemaless_writer
 
 from bridge.avro import Decoder
 from bridge.errors import ProtocolError
@@ -174,6 +177,7 @@ class ChangeDecoder:
         self._shapes: dict[int, tuple[Mapping[str, Any], RecordShape]] = {}
         self._key_columns: dict[bytes, list[str]] = {}  # key framing header -> key columns
         self._types: dict[bytes, str] = {}  # value framing header -> column kinds JSON
+        self._key_writers: dict[bytes, Any] = {}  # key framing header -> parsed key schema
 
     def _shape(self, schema: Mapping[str, Any], envelope: bool) -> RecordShape:
         cached = self._shapes.get(id(schema))
@@ -244,12 +248,20 @@ class ChangeDecoder:
         return to_json({c: image.get(c) for c in columns})
 
     def compact(
-        self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None, kind: str
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        kind: str,
+        hashed: bool = True,
     ) -> list[Compact]:
         """One message -> its :data:`Compact` rows: one per document it touches (an update that
         changes the key also deletes the old key's document: a second row, op ``d``), none for a
         message that carries no change, one for a DDL event. A row holds the image it puts as JSON
-        text (``after`` only) and the framing header of its writer schema (:meth:`types_of`)."""
+        text (``after`` only) and the framing header of its writer schema (:meth:`types_of`);
+        ``hashed=False``: ``doc_hash`` 0 (the direct index mode places documents by partition)."""
         if value is None or kind in ("tombstone", "resolved", "schema"):
             return []
         try:
@@ -277,10 +289,61 @@ class ChangeDecoder:
         header = value[:5] if value[:1] == b"\x00" else value[:10]
         image = None if op == "d" or after is None else to_json(after)
         return [
-            (topic, partition, offset, db, table, "d" if at else op, part, _signed(id_hash(part)), ts, pos,
-             None if at else image, header, None, None)
+            (topic, partition, offset, db, table, "d" if at else op, part,
+             _signed(id_hash(part)) if hashed else 0, ts, pos, None if at else image, header, None, None)
             for at, part in enumerate(parts)
         ]  # fmt: skip
+
+    def compact_placed(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        kind: str,
+        count: int,
+    ) -> tuple[list[Compact], list[tuple[int, Compact]]]:
+        """:meth:`compact` for a reader that owns partition ``partition`` of a table topic of
+        ``count`` partitions partitioned by key (the Kafka sink's ``partition-by = "key"``: CRC-32 of
+        the key's Avro body, keyless rows in partition 0): the rows of the documents that live in
+        this partition, and the others with their partition (the old key of an update that
+        changed the key: the sink wrote the change to the new key's partition). A message in a
+        partition its key does not hash to raises :class:`DecodeError`: the topic is not
+        partitioned by key, and documents would not stay in one partition. ``doc_hash`` is 0."""
+        rows = self.compact(topic, partition, offset, key, value, kind, hashed=False)
+        if not rows or rows[0][6] is None:
+            return rows, []
+        if not key:
+            if partition != 0:
+                raise DecodeError(
+                    f"topic {topic} partition {partition} offset {offset}: a keyless row outside "
+                    "partition 0: the topic is not partitioned by key (sink.kafka.partition-by)"
+                )
+            return rows, []
+        if zlib.crc32(memoryview(key)[_header_length(key) :]) % count != partition:
+            raise DecodeError(
+                f"topic {topic} partition {partition} offset {offset}: the key does not hash to this "
+                f"partition of {count}: the topic is not partitioned by key (sink.kafka.partition-by)"
+            )
+        if len(rows) == 2:
+            old = self._old_key_partition(key, value or b"", count)
+            if old != partition:
+                return rows[:1], [(old, rows[1])]
+        return rows, []
+
+    def _old_key_partition(self, key: bytes, value: bytes, count: int) -> int:
+        """The partition the sink gives the ``before`` image's key: the key record written again
+        with the key's schema (Avro's encoding of a value is unique) and hashed as the sink does."""
+        header = key[: _header_length(key)]
+        parsed: Any = self._key_writers.get(header)
+        if parsed is None:
+            parsed = self._key_writers[header] = parse_schema(self._decoder.writer_schema(key))
+        _, record = self._decoder.decode(value)
+        before: Any = record["before"]
+        out = io.BytesIO()
+        schemaless_writer(out, parsed, {f["name"]: before[f["name"]] for f in parsed["fields"]})
+        return zlib.crc32(out.getvalue()) % count
 
     def _document_keys(
         self, op: str, key: bytes | None, before: Mapping[str, Any] | None, after: Mapping[str, Any] | None
@@ -343,6 +406,11 @@ def _json_values(values: list[Any]) -> list[Any]:
 def _json_form(image: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = orjson.loads(to_json(image))
     return out
+
+
+def _header_length(key: bytes) -> int:
+    """The framing header's length of a key: 10 (single-object encoding) or 5 (Confluent)."""
+    return 10 if key[:1] == b"\xc3" else 5
 
 
 def _signed(value: int) -> int:

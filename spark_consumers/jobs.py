@@ -30,15 +30,24 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from confluent_kafka import Consumer
+
+from bridge.errors import ConfigError
 from spark_consumers.config import JobConfig
-from spark_consumers.index import tasks
+from spark_consumers.index import direct, tasks
 from spark_consumers.index.search import live_documents
-from spark_consumers.index.shards import create_or_open, open_shards
+from spark_consumers.index.shards import (
+    create_or_open,
+    create_pending,
+    open_shards,
+    recorded_shards,
+    shard_paths,
+)
 from spark_consumers.index.store import ChangeIndex
 from spark_consumers.latest import ddl_columns, latest_per_document, newest_columns
 from spark_consumers.snapshot import Snapshot
-from spark_consumers.source import offsets
-from spark_consumers.source.datasource import SourceOptions
+from spark_consumers.source import kafka, offsets
+from spark_consumers.source.clients import SourceOptions
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +64,7 @@ class BatchStats:
     size: str
     collect_seconds: float = 0.0  # Spark reading and decoding the batch, and its rows to the driver
     shards: list[dict[str, Any]] = field(default_factory=list)  # the shard tasks' summaries
+    direct: bool = False  # the direct mode: ``rows`` counts changes read by the shard tasks
 
 
 class BatchHandler:
@@ -70,7 +80,17 @@ class BatchHandler:
         self.index: ChangeIndex | None = None
         self.paths: list[Path] = []
         self.routes: list[int] = []
-        if config.kind == "index" and spark is not None:
+        self.direct = (
+            config.kind == "index" and spark is not None and config.index_mode == "direct"
+            and config.source != "kafka"
+        )  # fmt: skip
+        if self.direct:
+            count = direct_shards(config)
+            if count:
+                self.paths = create_or_open(config.output, count, "kafka-partition")
+            else:  # the first batch that reads a table topic records the shards (one per partition)
+                create_pending(config.output, "kafka-partition")
+        elif config.kind == "index" and spark is not None:
             self.paths = create_or_open(config.output, config.shards or spark.sparkContext.defaultParallelism)
             self.routes = tasks.routing_values(spark, len(self.paths))
         elif config.kind == "index":
@@ -81,6 +101,9 @@ class BatchHandler:
         self.in_batch.set()
         try:
             started = time.monotonic()
+            if self.direct:
+                self.stats[batch_id] = self.apply_direct(frame, started)
+                return
             if self.paths:
                 self.stats[batch_id] = self.apply_sharded(frame, started)
                 return
@@ -90,6 +113,27 @@ class BatchHandler:
             self.stats[batch_id].collect_seconds = collected - started
         finally:
             self.in_batch.clear()
+
+    def apply_direct(self, frame: Any, started: float) -> BatchStats:
+        """One batch of the direct mode: the source's shard tasks read, applied and committed their
+        partitions; the driver collects their summaries and applies the deletes of changed keys
+        that belong to other shards (:mod:`spark_consumers.index.direct`)."""
+        summaries = [row.asDict() for row in frame.collect()]
+        if not self.paths:
+            self.paths = shard_paths(self.config.output)
+        moved = direct.apply_foreign(self.paths, self.config.text_fields, summaries)
+        megabytes = sum(folder_bytes(p) for p in self.paths if p.exists()) / 1e6
+        documents = live_documents(open_shards(self.config.output)) if self.paths else 0
+        return BatchStats(
+            rows=sum(s["changes"] for s in summaries),
+            put=sum(s["put"] for s in summaries),
+            deleted=sum(s["deleted"] for s in summaries) + moved,
+            seconds=time.monotonic() - started,
+            max_commit_ts=max([0, *(s["max_commit_ts"] for s in summaries)]),
+            size=f"{documents} documents ({megabytes:.1f} MB)",
+            shards=summaries,
+            direct=True,
+        )
 
     def apply_sharded(self, frame: Any, started: float) -> BatchStats:
         """One batch through the shard tasks; only their summaries come to the driver."""
@@ -130,6 +174,32 @@ class BatchHandler:
             self.index.close()
 
 
+def direct_shards(config: JobConfig) -> int:
+    """The shard count of a direct-mode index: as recorded when it exists, else ``--shards``, else
+    the partition count of the table topics (one shard per partition; they must agree); 0 when
+    there is no table topic yet (the first batch that reads one creates the index)."""
+    recorded = recorded_shards(config.output)
+    if recorded is not None:
+        return recorded
+    if config.shards:
+        return config.shards
+    consumer = Consumer(kafka.consumer_config(config.bootstrap_servers, config.kafka))
+    try:
+        found = kafka.list_partitions(consumer, config.topics, False)
+    finally:
+        consumer.close()
+    counts = {len(parts) for parts in found.values()}
+    if len(counts) > 1:
+        raise ConfigError(
+            "topics: partition counts differ ("
+            + ", ".join(f"{t}: {len(p)}" for t, p in sorted(found.items()))
+            + "):"
+            " the direct index mode has one shard per partition; give the topics one count, or run with"
+            " --index-mode shuffle"
+        )
+    return counts.pop() if counts else 0
+
+
 def folder_bytes(path: Path) -> int:
     """Bytes of the files directly in ``path`` (a tantivy index keeps its segments flat)."""
     return sum(entry.stat().st_size for entry in os.scandir(path) if entry.is_file())
@@ -143,7 +213,10 @@ def stream(spark: Any, config: JobConfig, rows: str = "json") -> Any:
 
         return kafka_stream(spark, config, rows)
     reader = spark.readStream.format("bridge_changes")
-    for key, value in {**config.source_options(), "rows": rows}.items():
+    extra = {"rows": rows}
+    if rows == "index":
+        extra |= {"index.path": str(config.output), "index.text_fields": json.dumps(config.text_fields)}
+    for key, value in {**config.source_options(), **extra}.items():
         reader = reader.option(key, value)
     return reader.load()
 
@@ -166,6 +239,8 @@ class StopFlag:
 def progress_line(progress: dict[str, Any], stats: BatchStats | None) -> str:
     batch = progress.get("batchId")
     rows = int(progress.get("numInputRows", stats.rows if stats else 0))
+    if stats is not None and stats.direct:
+        rows = stats.rows  # Spark's count is the shard tasks' summary rows
     seconds = progress.get("durationMs", {}).get("triggerExecution", 0) / 1000 or (
         stats.seconds if stats else 0
     )
@@ -205,7 +280,7 @@ class RunningJob:
         self.config = config
         self.stop = stop
         self.handler = BatchHandler(config, spark)
-        rows = "latest" if self.handler.paths else "json"
+        rows = "index" if self.handler.direct else "latest" if self.handler.paths else "json"
         writer = stream(spark, config, rows).writeStream.foreachBatch(self.handler)
         writer = writer.option("checkpointLocation", str(config.checkpoint)).queryName(
             f"bridge-{config.kind}"
@@ -214,8 +289,10 @@ class RunningJob:
             writer = writer.trigger(availableNow=True)
         else:
             writer = writer.trigger(processingTime=f"{int(config.trigger_interval * 1000)} milliseconds")
+        self._writer = writer
         self.query = writer.start()
         self._shown: set[int] = set()
+        self.restarts = 0
 
     def position(self) -> offsets.Offsets:
         """The end offsets of the last batch applied (what a restart resumes from)."""
@@ -233,12 +310,18 @@ class RunningJob:
     def wait(self, out: Any) -> int:
         """Run until the query ends (available-now), fails (raised), or a stop is requested."""
         try:
-            while self.query.isActive:
-                self.query.awaitTermination(0.5)
-                _print_progress(self.query, self.handler, self._shown, out)
-                if self.stop.requested and not self.handler.in_batch.is_set():
-                    self.query.stop()
-            self.query.awaitTermination()  # raises the query's failure, if any
+            while True:
+                try:
+                    self._follow(out)
+                    break
+                except Exception as exc:  # the query's failure
+                    if not _transient(exc) or self.restarts >= RESTARTS or self.stop.requested:
+                        raise
+                    self.restarts += 1
+                    log.warning("the query failed (%s); restarting it from its checkpoint (%d of %d)",
+                                str(exc).splitlines()[0][:300], self.restarts, RESTARTS)  # fmt: skip
+                    time.sleep(RESTART_PAUSE * self.restarts)  # a load spike passes
+                    self.query = self._writer.start()
             _print_progress(self.query, self.handler, self._shown, out, final=True)
         finally:
             self.handler.close()
@@ -247,6 +330,26 @@ class RunningJob:
         reason = "signal" if self.stop.requested else "all available data applied"
         print(f"stopped: {reason}", file=out, flush=True)
         return 0
+
+    def _follow(self, out: Any) -> None:
+        while self.query.isActive:
+            self.query.awaitTermination(0.5)
+            _print_progress(self.query, self.handler, self._shown, out)
+            if self.stop.requested and not self.handler.in_batch.is_set():
+                self.query.stop()
+        self.query.awaitTermination()  # raises the query's failure, if any
+
+
+RESTARTS = 5
+RESTART_PAUSE = 3.0  # seconds, times the restart's number
+# Spark waits a fixed 10 s for a new Python worker to connect back (PythonWorkerFactory); on a
+# loaded machine a worker's start-up (an interpreter importing pyspark) can take longer. The query
+# fails then, before or between batches; restarting it from its checkpoint is safe (the job is).
+_TRANSIENT = ("Python worker failed to connect back",)
+
+
+def _transient(exc: BaseException) -> bool:
+    return any(text in str(exc) for text in _TRANSIENT)
 
 
 def run(spark: Any, config: JobConfig, stop: StopFlag | None = None, out: Any = None) -> int:

@@ -2,15 +2,22 @@
 
 ::
 
-    INDEX/shards.json      {"format": 2, "shards": N}   written once, at creation
+    INDEX/shards.json      {"format": 2, "shards": N, "placement": P}   written once, at creation
     INDEX/shard-0000/      a ChangeIndex: tantivy files, its floors.json and tables.json
     ...
     INDEX/shard-<N-1>/
 
-A document lives in shard ``id_hash(key) % N`` of its key part (BLAKE2b, the
-same in every process: never Python's salted ``hash``): a renamed table's
-documents keep their shard, so each shard moves its own. N is fixed when the index is created;
-a job started later with another setting keeps the recorded N.
+Where a document lives is the index's **placement**, recorded at creation:
+
+- ``hash`` (``--index-mode shuffle``): shard ``id_hash(key) % N`` of its key part (BLAKE2b, the
+  same in every process: never Python's salted ``hash``);
+- ``kafka-partition`` (``--index-mode direct``): shard i holds the documents of partition i of
+  the table topics (the Kafka sink partitions by key: CRC-32 of the key's Avro body modulo the
+  partition count), so N is the topics' partition count and each shard task reads its own
+  partitions.
+
+Either way a renamed table's documents keep their shard, so each shard moves its own. N is
+fixed when the index is created; a job started later with another setting keeps the recorded N.
 
 Each shard keeps its own floors and table columns: every shard task of a
 micro-batch receives all of the batch's DDL rows, so each shard's files are
@@ -39,6 +46,8 @@ log = logging.getLogger(__name__)
 
 META_FILE = "shards.json"
 FORMAT = 2
+PLACEMENTS = ("hash", "kafka-partition")
+MODE_OF = {"hash": "shuffle", "kafka-partition": "direct"}
 
 
 def shard_dir(path: Path, shard: int) -> Path:
@@ -60,9 +69,36 @@ def _recorded(path: Path) -> int | None:
     if not meta.exists():
         return None
     data = json.loads(meta.read_text())
+    if data.get("format") == FORMAT and data.get("shards") is None and data.get("placement"):
+        return None  # pending: a direct-mode index whose first batch will record its shards
     if data.get("format") != FORMAT or int(data.get("shards", 0)) < 1:
         raise UserError(f"--index {path}: {META_FILE} of an unknown format: {data}")
     return int(data["shards"])
+
+
+def create_pending(path: Path, placement: str) -> None:
+    """An index whose shard count is not known yet (the direct mode started before any table
+    topic exists: the first batch that reads one records it); readers find it empty meanwhile."""
+    if (path / META_FILE).exists() or is_single_writer_index(path):
+        return
+    path.mkdir(parents=True, exist_ok=True)
+    tmp = path / (META_FILE + ".tmp")
+    tmp.write_text(json.dumps({"format": FORMAT, "shards": None, "placement": placement}))
+    os.replace(tmp, path / META_FILE)
+
+
+def placement_of(path: Path) -> str | None:
+    """The recorded placement of the index at ``path`` (``hash`` for an index created before it
+    was recorded), or None when there is no ``shards.json``."""
+    meta = path / META_FILE
+    if not meta.exists():
+        return None
+    return str(json.loads(meta.read_text()).get("placement", "hash"))
+
+
+def recorded_shards(path: Path) -> int | None:
+    """The recorded shard count of the index at ``path``, or None."""
+    return _recorded(path)
 
 
 def is_single_writer_index(path: Path) -> bool:
@@ -70,17 +106,30 @@ def is_single_writer_index(path: Path) -> bool:
     return not (path / META_FILE).exists() and has_index(path)
 
 
-def create_or_open(path: Path, shards: int) -> list[Path]:
-    """The shard folders of the index at ``path`` for writing; created with ``shards`` shards when
-    there is no index yet. The driver calls this once, before any shard task runs."""
+def create_or_open(path: Path, shards: int, placement: str = "hash") -> list[Path]:
+    """The shard folders of the index at ``path`` for writing; created with ``shards`` shards and
+    ``placement`` when there is no index yet. The driver calls this once, before any shard task
+    runs. An index of another placement is refused (its documents are elsewhere)."""
     if is_single_writer_index(path):
+        if placement != "hash":
+            raise UserError(
+                f"--index {path}: an index of the single-writer job can only be written with "
+                "--index-mode shuffle; or delete the index folder and the checkpoint and run again"
+            )
         log.warning("%s: an index of the single-writer job; written as one shard", path)
         return [path]
     recorded = _recorded(path)
+    held = placement_of(path)
+    if held is not None and held != placement:
+        raise UserError(
+            f"--index {path}: created by --index-mode {MODE_OF.get(held, held)} (documents placed "
+            f"by {held}); run with --index-mode {MODE_OF.get(held, held)}, or delete the index "
+            "folder and the checkpoint and run again"
+        )
     if recorded is None:
         path.mkdir(parents=True, exist_ok=True)
         tmp = path / (META_FILE + ".tmp")
-        tmp.write_text(json.dumps({"format": FORMAT, "shards": shards}))
+        tmp.write_text(json.dumps({"format": FORMAT, "shards": shards, "placement": placement}))
         os.replace(tmp, path / META_FILE)
         recorded = shards
     elif recorded != shards:
@@ -94,6 +143,8 @@ def shard_paths(path: Path) -> list[Path]:
         return [path]
     recorded = _recorded(path)
     if recorded is None:
+        if (path / META_FILE).exists():
+            return []  # pending (create_pending): no shard yet
         raise UserError(f"--index {path}: no index there (run the index job first)")
     return [shard_dir(path, i) for i in range(recorded)]
 

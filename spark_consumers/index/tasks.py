@@ -46,7 +46,7 @@ from spark_consumers.latest import (
     keep_latest,
     newest_columns,
 )
-from spark_consumers.source.datasource import SourceOptions
+from spark_consumers.source.clients import SourceOptions
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +111,7 @@ def shard_writer(
     Each task finds its rows' column kinds with its Python worker's decoder for the topic."""
 
     def write(batches: Batches) -> Batches:
-        from spark_consumers.source.datasource import _clients
+        from spark_consumers.source.clients import _clients
 
         by_shard: dict[int, list[pa.RecordBatch]] = {}
         for batch in batches:
@@ -157,14 +157,17 @@ def apply_shard(
     rows: list[dict[str, Any]],
     text_fields: Mapping[str, Sequence[str]],
     decoder_for: Decoders,
+    placed_by_hash: bool = True,
 ) -> dict[str, Any]:
-    """Reduce ``rows`` (every compact row routed to ``shard``), apply the shard's actions, commit."""
+    """Reduce ``rows`` (every compact row routed to ``shard``), apply the shard's actions, commit.
+    ``placed_by_hash``: the index's placement is ``hash`` (the direct mode's is the Kafka partition)."""
     cpu = time.process_time()
     changes = reduce_rows(rows, decoder_for)
-    for doc_id in [d for d, act in changes.actions.items() if shard_of(act.key, len(paths)) != shard]:
-        del changes.actions[doc_id]  # cannot happen (rows come by their key part's shard); be sure
+    if placed_by_hash:
+        for doc_id in [d for d, act in changes.actions.items() if shard_of(act.key, len(paths)) != shard]:
+            del changes.actions[doc_id]  # cannot happen (rows come by their key part's shard); be sure
     reduced = time.process_time()
-    index = _open_writer(paths[shard], text_fields)
+    index = open_writer(paths[shard], text_fields)
     try:
         put, deleted = index.apply(
             changes, newest_columns(changes, ddl_columns(r for r in rows if r["doc"] is None))
@@ -194,7 +197,7 @@ def executor_label() -> str:
     return f"{socket.gethostname()}:{os.getcwd()}"
 
 
-def _open_writer(path: str, text_fields: Mapping[str, Sequence[str]]) -> ChangeIndex:
+def open_writer(path: str, text_fields: Mapping[str, Sequence[str]]) -> ChangeIndex:
     from pathlib import Path
 
     deadline = time.monotonic() + LOCK_WAIT

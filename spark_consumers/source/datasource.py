@@ -19,7 +19,11 @@ Options (all strings, as Spark passes them):
 ``endingOffsets``          batch reads: ``latest`` (default) or JSON
 ``kafka.<setting>``        passed to the librdkafka consumers (``kafka.security.protocol``, ...)
 ``rows``                   ``json`` (default): the rows below; ``latest``: the index job's compact
-                           rows, the latest change per document of each range
+                           rows, the latest change per document of each range; ``index``: the
+                           index job's direct mode (:mod:`spark_consumers.index.direct`): one
+                           input partition per shard that reads, applies and commits its Kafka
+                           partitions, one summary row each (``index.path``,
+                           ``index.text_fields``)
 =========================  =====================================================================
 
 One Spark input partition per Kafka partition and offset range; its reader
@@ -29,12 +33,10 @@ not). Rows leave the Python worker as Arrow record batches.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
-from confluent_kafka import Consumer
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -49,10 +51,12 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from bridge.errors import ConfigError
-from spark_consumers.decode import DDL_SUFFIX, SCHEMAS_SUFFIX, ChangeDecoder, Compact, registry_client
+from spark_consumers.decode import DDL_SUFFIX, Compact
 from spark_consumers.source import kafka, offsets
+from spark_consumers.source.clients import _CLIENTS, ROW_FORMS, SourceOptions, _clients
 from spark_consumers.source.offsets import Offsets
+
+__all__ = ["ROW_FORMS", "_CLIENTS", "SourceOptions", "_clients"]  # re-exported: their old home
 
 NAME = "bridge_changes"
 SCHEMA_DDL = (
@@ -99,62 +103,6 @@ COMPACT_ARROW_SCHEMA = pa.schema(
     ]
 )
 ARROW_ROWS = 4096  # rows per record batch handed to Spark
-ROW_FORMS = ("json", "latest")
-
-
-@dataclass(frozen=True)
-class SourceOptions:
-    """The options a reader needs, validated once on the driver (errors name the option)."""
-
-    bootstrap: str
-    topics: tuple[str, ...]
-    with_ddl: bool = True
-    registry_url: str = ""
-    schemas_topic: str = ""
-    schemas_wait: float = 10.0
-    max_offsets: int = 0
-    starting: str = "earliest"
-    ending: str = "latest"
-    kafka_settings: tuple[tuple[str, str], ...] = ()  # a tuple: options are a cache key
-    rows: str = "json"  # "latest": compact rows, the latest change per document of each range
-
-    @property
-    def kafka(self) -> dict[str, str]:
-        return dict(self.kafka_settings)
-
-    @classmethod
-    def parse(cls, options: Mapping[str, str]) -> SourceOptions:
-        opts = {k.lower(): v for k, v in options.items()}
-        bootstrap = opts.get("bootstrap.servers", "")
-        topics = tuple(t.strip() for t in opts.get("topics", "").split(",") if t.strip())
-        if not bootstrap:
-            raise ConfigError("bootstrap.servers: required")
-        if not topics:
-            raise ConfigError("topics: required (names or globs, comma-separated)")
-        try:
-            wait = float(opts.get("schemas.wait", "10"))
-            limit = int(opts.get("maxoffsetspertrigger", "0"))
-        except ValueError as exc:
-            raise ConfigError(f"schemas.wait / maxOffsetsPerTrigger: not a number: {exc}") from None
-        rows = opts.get("rows", "json").lower()
-        if rows not in ROW_FORMS:
-            raise ConfigError(f"rows: {rows!r} is not one of {', '.join(ROW_FORMS)}")
-        return cls(
-            rows=rows,
-            bootstrap=bootstrap,
-            topics=topics,
-            with_ddl=opts.get("ddl", "true").lower() != "false",
-            registry_url=opts.get("schema.registry.url", ""),
-            schemas_topic=opts.get("schemas.topic", ""),
-            schemas_wait=wait,
-            max_offsets=limit,
-            starting=opts.get("startingoffsets", "earliest"),
-            ending=opts.get("endingoffsets", "latest"),
-            kafka_settings=tuple(sorted((k[6:], v) for k, v in opts.items() if k.startswith("kafka."))),
-        )
-
-    def schemas_topic_of(self, topic: str) -> str:
-        return self.schemas_topic or topic.split(".", 1)[0] + SCHEMAS_SUFFIX
 
 
 class RangePartition(InputPartition):
@@ -163,39 +111,6 @@ class RangePartition(InputPartition):
     def __init__(self, topic: str, partition: int, start: int, end: int) -> None:
         super().__init__((topic, partition, start, end))
         self.topic, self.partition, self.start, self.end = topic, partition, start, end
-
-
-class _WorkerClients:
-    """A Python worker's consumer and decoder for one set of options, kept across tasks: Spark
-    reuses its Python workers (``spark.python.worker.reuse``), and making a consumer, connecting
-    and reading the schemas topic cost about a second per task, more than most ranges take."""
-
-    def __init__(self, options: SourceOptions, schemas_topic: str) -> None:
-        self.schema_topic: kafka.SchemaTopic | None = None
-        if options.registry_url:
-            self.decoder = ChangeDecoder(registry_client(options.registry_url), {})
-        else:
-            self.schema_topic = kafka.SchemaTopic(
-                options.bootstrap, schemas_topic, options.schemas_wait, options.kafka
-            )
-            self.decoder = ChangeDecoder(None, self.schema_topic.lookup)
-        self.consumer = Consumer(kafka.consumer_config(options.bootstrap, options.kafka))
-
-    def close(self) -> None:
-        self.consumer.close()
-        if self.schema_topic is not None:
-            self.schema_topic.close()
-
-
-_CLIENTS: dict[tuple[SourceOptions, str], _WorkerClients] = {}
-
-
-def _clients(options: SourceOptions, topic: str) -> _WorkerClients:
-    key = (options, options.schemas_topic_of(topic))
-    found = _CLIENTS.get(key)
-    if found is None:
-        found = _CLIENTS[key] = _WorkerClients(options, key[1])
-    return found
 
 
 def read_partition(options: SourceOptions, part: RangePartition) -> Iterator[pa.RecordBatch]:
@@ -297,6 +212,26 @@ class _Planner:
             self._probe = None
 
 
+def plan_partitions(options: SourceOptions, start: Offsets, end: Offsets) -> list[InputPartition]:
+    """The input partitions of a batch: one per Kafka range, or (``rows=index``) one per index
+    shard (:mod:`spark_consumers.index.direct`)."""
+    if options.rows == "index":
+        from spark_consumers.index import direct
+
+        return direct.plan(start, end, direct.shard_count(options.index_path, end))
+    return [RangePartition(*r) for r in offsets.ranges(start, end)]
+
+
+def read_any(options: SourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    if options.rows == "index":
+        from spark_consumers.index import direct
+
+        assert isinstance(partition, direct.ShardPartition)
+        return direct.read_shard(options, partition)
+    assert isinstance(partition, RangePartition)
+    return read_partition(options, partition)
+
+
 class ChangeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
@@ -324,17 +259,20 @@ class ChangeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         )
         if isinstance(limit, ReadMaxRows):
             end = offsets.hold_back_ddl(start, offsets.cap(start, end, limit.max_rows), end, DDL_SUFFIX)
+        if self.options.rows == "index":
+            from spark_consumers.index import direct
+
+            end = direct.hold_back_ddl_until_indexed(self.options.index_path, start, end)
         return end
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         return self._latest or None
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
-        return [RangePartition(*r) for r in offsets.ranges(start, end)]
+        return plan_partitions(self.options, start, end)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, RangePartition)
-        return read_partition(self.options, partition)
+        return read_any(self.options, partition)
 
     def stop(self) -> None:
         self._planner.close()
@@ -354,11 +292,10 @@ class ChangeBatchReader(DataSourceReader):
                 end = offsets.parse_offsets(self.options.ending, "endingOffsets")
         finally:
             planner.close()
-        return [RangePartition(*r) for r in offsets.ranges(start, end)]
+        return plan_partitions(self.options, start, end)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, RangePartition)
-        return read_partition(self.options, partition)
+        return read_any(self.options, partition)
 
 
 class ChangeTopicsSource(DataSource):
@@ -369,7 +306,12 @@ class ChangeTopicsSource(DataSource):
         return NAME
 
     def schema(self) -> str:
-        return COMPACT_SCHEMA_DDL if self.options.get("rows", "json").lower() == "latest" else SCHEMA_DDL
+        rows = self.options.get("rows", "json").lower()
+        if rows == "index":
+            from spark_consumers.index.direct import SUMMARY_SCHEMA
+
+            return SUMMARY_SCHEMA
+        return COMPACT_SCHEMA_DDL if rows == "latest" else SCHEMA_DDL
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return ChangeBatchReader(SourceOptions.parse(self.options))

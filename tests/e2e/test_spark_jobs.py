@@ -6,7 +6,9 @@ run leaves the retried tasks to the other. Each must give the same
 documents as the job run in this process (the test run's SparkSession) from an empty checkpoint.
 
 The topic holds changes encoded as the Kafka sink encodes them (``bench spark``'s producer: inserts
-and updates of an 8-column table, single-object encoding), written before the jobs start.
+and updates of an 8-column table, single-object encoding, partitioned by key), written before the
+jobs start. Four partitions: the default (direct) index mode has one shard per partition, so each
+batch is four equal shard tasks, two per one-core worker.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ START_GUARD = 240.0  # a Spark driver's start on a loaded 2-core machine
 @pytest.fixture(scope="module")
 def topic(tmp_path_factory: pytest.TempPathFactory) -> str:
     bootstrap = os.environ.get("BRIDGE_TEST_KAFKA_BOOTSTRAP", "127.0.0.1:19092")
-    return produce(bootstrap, f"t{uuid.uuid4().hex[:10]}", ROWS, updates=0.3, partitions=3)
+    return produce(bootstrap, f"t{uuid.uuid4().hex[:10]}", ROWS, updates=0.3, partitions=4)
 
 
 @pytest.fixture(scope="module")

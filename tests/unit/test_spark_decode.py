@@ -197,3 +197,57 @@ def test_compact_rows_touch_the_documents_the_json_rows_do(keyless: bool) -> Non
             assert r["doc_hash"] % (1 << 64) == id_hash(act.key)
             assert (None if r["image"] is None else json.loads(r["image"])) == act.image
             assert decoder.types_of(r["schema"]) == act.types
+
+
+@pytest.mark.parametrize("registry", [False, True])
+def test_placed_rows_keep_this_partitions_documents_and_send_an_old_key_to_its_own(registry: bool) -> None:
+    """The direct index mode's reader owns one partition of a key-partitioned topic: a key-changing
+    update's old key goes to the partition the sink gives that key (its Avro body's CRC-32), found
+    by writing the old key again; a message outside its key's partition is refused, naming why."""
+    import zlib
+
+    from spark_consumers.decode import COMPACT_FIELDS
+
+    count = 7
+    if registry:
+        client = SchemaRegistryClient.new_client({"url": "mock://placed"})
+        codec: Any = RegistryCodec(client)
+        decoder = ChangeDecoder(client, {})
+        header = 5
+    else:
+        codec, published = single_object()
+        decoder = ChangeDecoder(None, published)
+        header = 10
+    avro = table_avro(composite())
+    assert avro.key_schema is not None
+    moved = 0
+    for n in range(40):  # enough key changes that some cross partitions, some do not
+        before = (Decimal(f"{n}.25"), datetime(2024, 5, 1, 12, 0, n, 123000), "a")
+        after = (Decimal(f"{n + 100}.50"), datetime(2024, 5, 2, 8, n, 0), "b")
+        key, value = encode(codec, composite(), "update", before, after)
+        old_key = codec.encode(f"{TOPIC}-key", avro.key_schema, avro.key_record(before))
+        mine, theirs = zlib.crc32(key[header:]) % count, zlib.crc32(old_key[header:]) % count
+        own, others = decoder.compact_placed(TOPIC, mine, 1, key, value, "row", count)
+        rows = decoder.compact(TOPIC, mine, 1, key, value, "row", hashed=False)  # doc_hash 0: unused
+        assert dict(zip(COMPACT_FIELDS, rows[1], strict=True))["op"] == "d"
+        if theirs == mine:
+            assert (own, others) == (rows, [])
+        else:
+            assert (own, others) == (rows[:1], [(theirs, rows[1])])
+            moved += 1
+        with pytest.raises(DecodeError, match="not partitioned by key"):
+            decoder.compact_placed(TOPIC, (mine + 1) % count, 1, key, value, "row", count)
+    assert 0 < moved < 40
+
+
+def test_placed_keyless_rows_belong_to_partition_zero() -> None:
+    codec, published = single_object()
+    decoder = ChangeDecoder(None, published)
+    avro = table_avro(composite(keyless=True))
+    source = source_record(cluster_id=1, db="shop", table="orders", start_ts=5, commit_ts=9, pos=0, last=True)
+    row = (Decimal("1.00"), datetime(2024, 5, 1), "x")
+    value = codec.encode(f"{TOPIC}-value", avro.value_schema, avro.envelope("insert", None, row, source, 0))
+    own, others = decoder.compact_placed(TOPIC, 0, 1, None, value, "row", 3)
+    assert len(own) == 1 and others == []
+    with pytest.raises(DecodeError, match="keyless row outside partition 0"):
+        decoder.compact_placed(TOPIC, 2, 1, None, value, "row", 3)

@@ -80,7 +80,8 @@ def run_batch(paths: list[Path], messages: Messages, *changes: list[Compact]) ->
 
 def test_documents_land_in_their_shard_and_search_reads_every_shard(tmp_path: Path) -> None:
     paths = create_or_open(tmp_path, SHARDS)
-    assert json.loads((tmp_path / META_FILE).read_text()) == {"format": 2, "shards": SHARDS}
+    recorded = json.loads((tmp_path / META_FILE).read_text())
+    assert recorded == {"format": 2, "shards": SHARDS, "placement": "hash"}
     messages = Messages()
     summaries = run_batch(
         paths, messages, *[messages.change("c", 10 + i, i, f"red bike {i}") for i in range(30)]
@@ -149,3 +150,112 @@ def test_reading_a_folder_without_an_index_is_a_clear_error(tmp_path: Path) -> N
     for read in (lambda: search.stats(tmp_path / "nothing"), lambda: search.search(tmp_path, "x")):
         with pytest.raises(UserError, match="no index there"):
             read()
+
+
+def test_the_direct_mode_plans_one_task_per_shard_each_with_every_ddl_range() -> None:
+    from spark_consumers.index.direct import ShardPartition, plan
+
+    start = {"b.shop.items": {"0": 5}, "b._ddl": {"0": 3}}
+    end = {
+        "b.shop.items": {"0": 9, "1": 4, "2": 0},
+        "b.shop.users": {"0": 0, "1": 2, "2": 0},
+        "b._ddl": {"0": 3},
+    }
+    parts = plan(start, end, 3)  # no DDL: only the shards with something to read
+    assert all(isinstance(p, ShardPartition) for p in parts)
+    assert [(p.shard, p.ranges) for p in parts] == [  # type: ignore[attr-defined]
+        (0, (("b.shop.items", 0, 5, 9),)),
+        (1, (("b.shop.items", 1, 0, 4), ("b.shop.users", 1, 0, 2))),
+    ]
+    end["b._ddl"] = {"0": 7}
+    parts = plan(start, end, 3)  # a DDL: every shard applies it
+    assert [p.shard for p in parts] == [0, 1, 2]  # type: ignore[attr-defined]
+    assert all(("b._ddl", 0, 3, 7) in p.ranges for p in parts)  # type: ignore[attr-defined]
+
+
+def test_the_direct_mode_refuses_a_topic_whose_partitions_are_not_the_shards() -> None:
+    from bridge.errors import ConfigError
+    from spark_consumers.index.direct import plan
+
+    with pytest.raises(ConfigError, match=r"topic b.shop.users: 2 partitions, but the index has 3 shards"):
+        plan({}, {"b.shop.items": {"0": 1, "1": 1, "2": 1}, "b.shop.users": {"0": 1, "1": 1}}, 3)
+
+
+def test_an_index_of_one_mode_is_refused_by_the_other(tmp_path: Path) -> None:
+    create_or_open(tmp_path / "a", SHARDS)
+    with pytest.raises(UserError, match="created by --index-mode shuffle"):
+        create_or_open(tmp_path / "a", SHARDS, "kafka-partition")
+    create_or_open(tmp_path / "b", SHARDS, "kafka-partition")
+    with pytest.raises(UserError, match="created by --index-mode direct"):
+        create_or_open(tmp_path / "b", SHARDS)
+
+
+def test_the_direct_modes_reduction_is_the_shuffle_modes() -> None:
+    """``direct.reduce_compact`` on the tuples gives the actions and floors ``tasks.reduce_rows``
+    gives on the same rows as dicts (a key change, a delete, a rename, equal versions)."""
+    from spark_consumers.index.direct import reduce_compact
+    from spark_consumers.index.tasks import reduce_rows
+
+    messages = Messages()
+    moved_from = '{"old_db": "shop", "old_table": "items"}'
+    rename: list[Compact] = [
+        (
+            "bridge._ddl",
+            0,
+            30,
+            "shop",
+            "things",
+            "RENAME_TABLE",
+            None,
+            0,
+            30,
+            -1,
+            None,
+            None,
+            moved_from,
+            "{}",
+        )
+    ]
+    rows: list[Compact] = [r for c in [
+        messages.change("c", 10, 1, "first"), messages.change("u", 11, 1, "second", old=1),
+        messages.change("u", 12, 3, "moved", old=2), messages.change("c", 12, 3, "same version"),
+        messages.change("d", 14, None, old=4), rename, messages.change("c", 40, 5),
+    ] for r in c]  # fmt: skip
+    tuples = reduce_compact(rows, lambda t: messages.decoder)
+    dicts = reduce_rows([dict(zip(COMPACT_FIELDS, r, strict=True)) for r in rows], lambda t: messages.decoder)
+    assert tuples.actions == dicts.actions and tuples.floors == dicts.floors
+    assert (tuples.rows, tuples.max_commit_ts) == (dicts.rows, dicts.max_commit_ts)
+    assert {a.doc_id for a in tuples.actions.values()} >= {"shop/things/1", "shop/items/5"}
+
+
+def test_the_driver_applies_old_key_deletes_to_their_shard_by_version(tmp_path: Path) -> None:
+    from spark_consumers.index.direct import apply_foreign
+
+    paths = create_or_open(tmp_path, SHARDS, "kafka-partition")
+    messages = Messages()
+    rows = [dict(zip(COMPACT_FIELDS, r, strict=True)) for r in messages.change("c", 10, 7)]
+    apply_shard([str(p) for p in paths], 2, rows, {}, lambda t: messages.decoder, placed_by_hash=False)
+    newer: list[dict[str, Any]] = [
+        {"foreign": json.dumps([[2, "shop", "items", "7", 5, 0]])}
+    ]  # older than the put: no change
+    assert apply_foreign(paths, {}, newer) == 0
+    assert search.get(search.open_existing(tmp_path), "shop/items/7") is not None
+    later: list[dict[str, Any]] = [
+        {"foreign": json.dumps([[2, "shop", "items", "7", 20, 0]])},
+        {"foreign": None},
+    ]
+    assert apply_foreign(paths, {}, later) == 1
+    assert search.get(search.open_existing(tmp_path), "shop/items/7") is None
+    assert apply_foreign(paths, {}, later) == 0  # replayed: the tombstone holds the version
+
+
+def test_a_pending_direct_index_reads_empty_until_its_first_batch_records_the_shards(tmp_path: Path) -> None:
+    from spark_consumers.index.direct import shard_count
+    from spark_consumers.index.shards import create_pending
+
+    create_pending(tmp_path, "kafka-partition")
+    assert search.search(tmp_path, "x") == [] and search.stats(tmp_path)["documents"] == 0
+    assert shard_count(str(tmp_path), {"b._ddl": {"0": 4}, "b.shop.items": {"0": 1, "1": 0}}) == 2
+    assert len(shard_paths(tmp_path)) == 2
+    create_pending(tmp_path, "kafka-partition")  # a later start changes nothing
+    assert len(shard_paths(tmp_path)) == 2
