@@ -1,9 +1,11 @@
 """A row codec's ``encode`` as one generated function per table, writing the protobuf wire bytes.
 
-:meth:`bridge.rowcodec.RowCodec.encode` builds a ``Row`` message datum by datum (a message
-object, a field set and a check per column) and serializes it: about 10 µs for an 8-column row
-here. :func:`fast_encoder` gives a function with the same contract that, for the common values,
-writes the serialized bytes itself — no loop over columns, no message objects:
+:meth:`bridge.rowcodec.RowCodec.encode_reference` builds a ``Row`` message datum by datum (a
+message object, a field set and a check per column) and serializes it: about 10 µs for an
+8-column row here. :func:`fast_encoder` gives a function with the same contract that, for the
+common values, writes the serialized bytes itself — no loop over columns, no message objects.
+:meth:`~bridge.rowcodec.RowCodec.encode` runs it (every producer: the SDK's callers, ``capture``,
+the benches):
 
 - signed and unsigned integers, DOUBLE/FLOAT, CHAR/VARCHAR/TEXT and BINARY/VARBINARY/BLOB values
   of the exact Python type the column takes, in range, are written straight to the wire format
@@ -13,8 +15,8 @@ writes the serialized bytes itself — no loop over columns, no message objects:
   plan's ``encode`` into a scratch ``Datum``, serialized on its own (a repeated message field's
   element is its serialized bytes behind a length);
 - anything else — a value off those fast paths, a NULL in a NOT NULL column, a wrong count, text
-  that is not UTF-8 — is handed to the reference :meth:`~bridge.rowcodec.RowCodec.encode`, which
-  encodes it or raises the error that names the column.
+  that is not UTF-8 — is handed to the reference :meth:`~bridge.rowcodec.RowCodec.encode_reference`,
+  which encodes it or raises the error that names the column.
 
 The bytes are those the reference writes (protobuf's encoding is deterministic for these
 messages: fields in number order, a oneof member written even when it holds its default);
@@ -118,13 +120,13 @@ def _short(name: str, tag: int) -> str:
 
 
 def fast_encoder(codec: RowCodec) -> Encoder:
-    """``codec.encode`` as one generated function for this table (see the module docstring)."""
+    """``codec.encode_reference`` as one generated function for this table (see the module docstring)."""
     schema = codec.schema
     table = table_name(schema)
     columns = list(schema.columns)
     header = row_pb2.Row(column_ids=[c.id for c in columns]).SerializeToString()
     scope: dict[str, Any] = {
-        "reference": codec.encode,
+        "reference": codec.encode_reference,
         "header": header,
         "NULL": _NULL_DATUM,
         "varint": varint,
