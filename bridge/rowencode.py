@@ -187,14 +187,19 @@ def fast_encoder(codec: RowCodec) -> Encoder:
                 lines.append(f"        elif type(v) is bytes{within}:")
                 lines.append(f"            p{i} = {_short('v', _BYTES_TAG)}")
         elif kind == T.DECIMAL and column.precision > 0:
-            # the plan's checks for a Decimal already at the column's scale: finite, no more
-            # integer digits than declared, not a negative zero (anything else: the reference)
-            digits = column.precision - column.scale
+            # the plan's checks for a Decimal at or below the column's scale (padded with zeros to
+            # it, as the plan pads): finite, no more integer digits than declared, not a negative
+            # zero (anything else, a longer fraction included: the reference)
+            digits, scale = column.precision - column.scale, column.scale
             lines += [
                 "        elif type(v) is Decimal and v.is_finite():",
                 "            t = format(v, 'f')",
                 "            w, _, f = t.partition('.')",
-                f"            if len(f) != {column.scale} or len(w.lstrip('-0')) > {digits}:",
+                f"            if len(f) != {scale}:",
+                f"                if len(f) > {scale}:",
+                "                    return reference(values)",
+                f"                t = w + '.' + f + '0' * ({scale} - len(f))",
+                f"            if len(w.lstrip('-0')) > {digits}:",
                 "                return reference(values)",
                 "            if t[0] == '-' and not v:",
                 "                return reference(values)",

@@ -5,6 +5,7 @@ empty and long text, NULLs), and raises the reference's errors for what the refe
 from __future__ import annotations
 
 import random
+import re
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -109,3 +110,37 @@ def test_what_the_reference_refuses_raises_its_error() -> None:
     ]
     for row in good_rows:
         assert encode(row) == codec.encode(row) == codec.encode_reference(row)
+
+
+def test_decimals_shorter_than_the_scale_are_padded_as_the_reference_pads() -> None:
+    schema = row_pb2.TableSchema(db="d", table="t", table_id=1, max_column_id=2)
+    schema.columns.add(id=1, name="a", type=T.DECIMAL, precision=12, scale=2)
+    schema.columns.add(id=2, name="b", type=T.DECIMAL, precision=5, scale=0, nullable=True)
+    codec = RowCodec(schema)
+    encode = fast_encoder(codec)
+    texts = [
+        "1",
+        "0",
+        "0.1",
+        "-0.1",
+        "-1",
+        "10",
+        "123.4",
+        "99999",
+        "1E+3",
+        "1E-2",
+        "1.0",
+        "-0.0",
+        "0.00",
+        "5E+1",
+    ]
+    for a in texts:
+        for b in [*texts, None]:
+            row = (Decimal(a), None if b is None else Decimal(b))
+            try:
+                expected: Any = codec.encode_reference(row)
+            except RowValueError as exc:
+                with pytest.raises(RowValueError, match=re.escape(str(exc))):
+                    encode(row)
+                continue
+            assert encode(row) == expected
