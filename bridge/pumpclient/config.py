@@ -72,8 +72,8 @@ class PumpClientConfig:
     batch_linger: float = _duration(
         0.02,
         "while other calls of this client are in progress, a WriteBinlogs batch or a GetTimestamps "
-        "call waits for more before it leaves, this long with 64 or more of them, proportionally less "
-        "with fewer (a lone caller never waits); 0 = never wait",
+        "call waits for more before it leaves: 5 ms, growing with the calls in progress to this long "
+        "with 64 or more of them (a lone caller never waits); 0 = never wait",
     )
     chunk_bytes: int = field(
         default=4 * 1024 * 1024,
