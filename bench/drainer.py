@@ -228,36 +228,16 @@ async def write_txn(client: AsyncPumpsClient, tso: TsoBatcher, first: binlog_pb2
     return commit_ts
 
 
+Values = Callable[[int], tuple[object, ...]]
+
+
 def txn_binlog(
-    start_ts: int,
-    codec: RowCodec,
-    table_id: int,
-    first_row: int,
-    rows: int,
-    values: Callable[[int], tuple[object, ...]] = row_values,
+    start_ts: int, codec: RowCodec, table_id: int, first_row: int, rows: int, values: Values = row_values
 ) -> binlog_pb2.Binlog:
-    """The Prewrite of rows ``first_row`` .. ``first_row + rows - 1`` (``values(i)`` each), each row
-    encoded here by the SDK's row codec."""
-    mutation = TableMutationBuilder(table_id)
-    encode = codec.encode
+    """The Prewrite of rows ``first_row`` ..< ``first_row + rows`` (``values(i)``), encoded by the SDK."""
+    mutation, encode = TableMutationBuilder(table_id), codec.encode
     mutation.insert_all([encode(values(i)) for i in range(first_row, first_row + rows)])
     return prewrite(start_ts, [mutation.build()], b"k%d" % first_row)
-
-
-class RowPool:
-    """``row_values(i)`` from a pool made beforehand: row ``i``'s id is ``i``, its other columns
-    those of row ``i % size`` (``size`` a multiple of 6, so the NULLs and flags keep their mix).
-    A bench whose timed part is the SDK and the pipeline, not making Python values, takes its rows
-    from here; the SDK still encodes every row."""
-
-    def __init__(self, size: int = 6000) -> None:
-        if size < 6 or size % 6:
-            raise ValueError("the pool's size must be a positive multiple of 6")
-        self._size = size
-        self._rest = [row_values(i)[1:] for i in range(size)]
-
-    def __call__(self, i: int) -> tuple[object, ...]:
-        return (i, *self._rest[i % self._size])
 
 
 async def producer(

@@ -16,7 +16,7 @@ rows are *offered* on a fixed schedule (``--rate`` rows/s; open loop: a
 transaction starts when its time comes, whether or not the earlier ones have
 finished, up to ``--in-flight`` at once) through the real client SDK, each a
 Prewrite, a commit_ts, then the Commit. The rows' Python values come from a
-pool made before the load (:class:`bench.drainer.RowPool`: row ``i`` has id
+pool made before the load (:class:`bench.rowpool.RowPool`: row ``i`` has id
 ``i`` and the other columns of row ``i % 6000``), so making them is not timed;
 the SDK's row codec encodes every row inside the load, in its transaction. A transaction's **commit time** is
 the wall clock when its commit_ts was handed out (before its Commit binlog
@@ -73,7 +73,6 @@ from bench.cpu import Budget, listener_pid, scrape
 from bench.drainer import (
     DRAINER_READY,
     PUMPS,
-    RowPool,
     drainer_toml,
     mysql_sink_faults,
     spawn,
@@ -93,6 +92,7 @@ from bench.latency_watch import (
     mysql_summary,
 )
 from bench.mysql import DEFAULT_DSN, DSN_ENV, dsn_text
+from bench.rowpool import RowPool
 from bridge import mysql
 from bridge.binlog import commit, ddl_prewrite
 from bridge.dsn import parse_dsn

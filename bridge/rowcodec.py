@@ -34,6 +34,7 @@ from google.protobuf.message import DecodeError
 from bridge import rowtemporal, rowvalues
 from bridge.errors import ProtocolError
 from bridge.proto import row_pb2
+from bridge.rowencode import fast_encoder
 from bridge.rowtemporal import MySQLDate, MySQLDateTime
 from bridge.rowvalues import ColumnPlan, RowValueError, column_label
 from bridge.schema import table_name, validate_table_schema
@@ -116,8 +117,6 @@ class RowCodec:
         """
         fast = self._fast_encode
         if fast is None:
-            from bridge.rowencode import fast_encoder  # it builds on this module
-
             fast = self._fast_encode = fast_encoder(self)
         return fast(values)
 

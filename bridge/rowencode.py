@@ -32,14 +32,26 @@ import struct
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, Protocol
 
+from bridge import rowtemporal, rowvalues
 from bridge.proto import row_pb2
-from bridge.rowcodec import RowCodec, plan_column
+from bridge.rowvalues import column_label
 from bridge.schema import table_name
 
 T = row_pb2.ColumnType
 Encoder = Callable[[Sequence[object]], bytes]
+# the column plans RowCodec builds on (bridge.rowcodec imports this module: no import back)
+_PLANNERS = {**rowvalues.PLANNERS, **rowtemporal.PLANNERS}
+
+
+class Codec(Protocol):
+    """What :func:`fast_encoder` needs of a :class:`bridge.rowcodec.RowCodec`."""
+
+    schema: row_pb2.TableSchema
+
+    def encode_reference(self, values: Sequence[object]) -> bytes: ...
+
 
 _INT_BITS = {T.TINYINT: 8, T.SMALLINT: 16, T.MEDIUMINT: 24, T.INT: 32, T.BIGINT: 64}
 _TEXT = frozenset((T.CHAR, T.VARCHAR, T.TEXT))
@@ -119,7 +131,7 @@ def _short(name: str, tag: int) -> str:
     return f"{short} if len({name}) < 126 else framed(ld({tag}, {name}))"
 
 
-def fast_encoder(codec: RowCodec) -> Encoder:
+def fast_encoder(codec: Codec) -> Encoder:
     """``codec.encode_reference`` as one generated function for this table (see the module docstring)."""
     schema = codec.schema
     table = table_name(schema)
@@ -213,7 +225,7 @@ def fast_encoder(codec: RowCodec) -> Encoder:
                 f"            p{i} = datetime_element(v)",
             ]
         else:
-            scope[f"e{i}"] = _scratch(plan_column(table, column).encode)
+            scope[f"e{i}"] = _scratch(_PLANNERS[column.type](column_label(table, column), column).encode)
             lines.append("        else:")
             lines.append(f"            p{i} = e{i}(v)")
             parts.append(f"p{i}")
