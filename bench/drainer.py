@@ -228,10 +228,15 @@ async def write_txn(client: AsyncPumpsClient, tso: TsoBatcher, first: binlog_pb2
     return commit_ts
 
 
-def txn_binlog(start_ts: int, codec: RowCodec, table_id: int, first_row: int, rows: int) -> binlog_pb2.Binlog:
-    mutation = TableMutationBuilder(table_id)
-    for i in range(first_row, first_row + rows):
-        mutation.insert(codec.encode(row_values(i)))
+Values = Callable[[int], tuple[object, ...]]
+
+
+def txn_binlog(
+    start_ts: int, codec: RowCodec, table_id: int, first_row: int, rows: int, values: Values = row_values
+) -> binlog_pb2.Binlog:
+    """The Prewrite of rows ``first_row`` ..< ``first_row + rows`` (``values(i)``), encoded by the SDK."""
+    mutation, encode = TableMutationBuilder(table_id), codec.encode
+    mutation.insert_all([encode(values(i)) for i in range(first_row, first_row + rows)])
     return prewrite(start_ts, [mutation.build()], b"k%d" % first_row)
 
 

@@ -15,7 +15,10 @@ load: for ``--duration`` seconds, transactions of ``--rows-per-txn`` inserted
 rows are *offered* on a fixed schedule (``--rate`` rows/s; open loop: a
 transaction starts when its time comes, whether or not the earlier ones have
 finished, up to ``--in-flight`` at once) through the real client SDK, each a
-Prewrite, a commit_ts, then the Commit. A transaction's **commit time** is
+Prewrite, a commit_ts, then the Commit. The rows' Python values come from a
+pool made before the load (:class:`bench.rowpool.RowPool`: row ``i`` has id
+``i`` and the other columns of row ``i % 6000``), so making them is not timed;
+the SDK's row codec encodes every row inside the load, in its transaction. A transaction's **commit time** is
 the wall clock when its commit_ts was handed out (before its Commit binlog
 is written: the producer's commit point).
 
@@ -89,6 +92,7 @@ from bench.latency_watch import (
     mysql_summary,
 )
 from bench.mysql import DEFAULT_DSN, DSN_ENV, dsn_text
+from bench.rowpool import RowPool
 from bridge import mysql
 from bridge.binlog import commit, ddl_prewrite
 from bridge.dsn import parse_dsn
@@ -144,7 +148,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--bootstrap-servers", default=DEFAULT_BOOTSTRAP, help=f"default {DEFAULT_BOOTSTRAP}")
     parser.add_argument(
-        "--batch-linger", type=float, default=0.005, help="the SDK's batch-linger, s (default 0.005; 0 = off)"
+        "--batch-linger", type=float, default=0.02, help="the SDK's batch-linger, s (default 0.02; 0 = off)"
     )
     parser.add_argument(
         "--pull-interval",
@@ -177,9 +181,11 @@ async def create_table(client: AsyncPumpsClient, schema: row_pb2.TableSchema) ->
 
 
 async def offer_load(
-    client: AsyncPumpsClient, schema: row_pb2.TableSchema, args: argparse.Namespace
+    client: AsyncPumpsClient, schema: row_pb2.TableSchema, args: argparse.Namespace, rows_from: RowPool
 ) -> tuple[list[Txn], float]:
-    """Transactions on the fixed schedule of ``--rate``; (every transaction, seconds the load took)."""
+    """Transactions on the fixed schedule of ``--rate``; (every transaction, seconds the load took).
+    Each row's values come from ``rows_from`` (made before the load); the SDK's codec encodes each
+    row in its transaction."""
     codec = RowCodec(schema)
     total = max(1, round(args.rate * args.duration))
     sizes = [min(args.rows_per_txn, total - first) for first in range(0, total, args.rows_per_txn)]
@@ -191,7 +197,9 @@ async def offer_load(
 
     async def one(first_id: int, rows: int) -> None:
         try:
-            binlog = orders_txn(await client.get_timestamp(), codec, schema.table_id, first_id, rows)
+            binlog = orders_txn(
+                await client.get_timestamp(), codec, schema.table_id, first_id, rows, rows_from
+            )
             await client.write_binlog(binlog)
             commit_ts = await client.get_timestamp()
             committed = time.time()
@@ -361,12 +369,13 @@ async def measure(run: Run) -> dict[str, Any]:
                 watcher.ready.wait(30)
             faults: dict[str, int] = {}
             budget = make_budget(run, watchers, pump_statuses, drainer.match.group(1))
+            rows_from = RowPool()  # the rows' values, made before the load (the SDK encodes them in it)
             try:
                 budget.start()  # first 2 s without load: what each process spends idle
                 await asyncio.sleep(IDLE_SECONDS)
                 idle = budget.stop(1)["cpu_pct_core"]
                 budget.start()
-                txns, took = await offer_load(client, schema, args)
+                txns, took = await offer_load(client, schema, args, rows_from)
                 rows = sum(t.rows for t in txns)
                 during_load = budget.stop(rows)  # the producer's, pumps' and meta's work is done by now
                 progress(f"offered {rows:,} rows in {took:.2f}s = {rows / took:,.0f} rows/s; waiting for all")

@@ -34,6 +34,7 @@ from google.protobuf.message import DecodeError
 from bridge import rowtemporal, rowvalues
 from bridge.errors import ProtocolError
 from bridge.proto import row_pb2
+from bridge.rowencode import fast_encoder
 from bridge.rowtemporal import MySQLDate, MySQLDateTime
 from bridge.rowvalues import ColumnPlan, RowValueError, column_label
 from bridge.schema import table_name, validate_table_schema
@@ -61,6 +62,7 @@ class RowCodec:
         "_converters",
         "_encoders",
         "_fast",
+        "_fast_encode",
         "_header",
         "_ids",
         "_kinds",
@@ -97,6 +99,7 @@ class RowCodec:
         # concatenation of two serialized messages is their merge.
         self._header = _Row(column_ids=self._ids).SerializeToString()
         self._fast: Callable[[Sequence[Any]], tuple[object, ...]] | None = None  # on first decode
+        self._fast_encode: Callable[[Sequence[object]], bytes] | None = None  # on first encode
 
     @property
     def column_names(self) -> tuple[str, ...]:
@@ -107,7 +110,19 @@ class RowCodec:
 
         Raises :class:`RowValueError` for a wrong count, a NULL in a NOT NULL
         column, or a value the column's type does not accept.
+
+        Runs the table's generated encoder (:func:`bridge.rowencode.fast_encoder`, built on the
+        first call), which writes the bytes :meth:`encode_reference` writes and hands every value
+        off its fast paths to it (so the errors are the reference's too).
         """
+        fast = self._fast_encode
+        if fast is None:
+            fast = self._fast_encode = fast_encoder(self)
+        return fast(values)
+
+    def encode_reference(self, values: Sequence[object]) -> bytes:
+        """:meth:`encode` column by column through each column's plan: the reference the
+        generated encoder is checked against and falls back to."""
         if len(values) != len(self._encoders):
             raise RowValueError(
                 f"table {self._table}: row has {len(values)} values for {len(self._ids)} columns"

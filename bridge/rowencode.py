@@ -1,9 +1,11 @@
 """A row codec's ``encode`` as one generated function per table, writing the protobuf wire bytes.
 
-:meth:`bridge.rowcodec.RowCodec.encode` builds a ``Row`` message datum by datum (a message
-object, a field set and a check per column) and serializes it: about 10 µs for an 8-column row
-here. :func:`fast_encoder` gives a function with the same contract that, for the common values,
-writes the serialized bytes itself — no loop over columns, no message objects:
+:meth:`bridge.rowcodec.RowCodec.encode_reference` builds a ``Row`` message datum by datum (a
+message object, a field set and a check per column) and serializes it: about 10 µs for an
+8-column row here. :func:`fast_encoder` gives a function with the same contract that, for the
+common values, writes the serialized bytes itself — no loop over columns, no message objects.
+:meth:`~bridge.rowcodec.RowCodec.encode` runs it (every producer: the SDK's callers, ``capture``,
+the benches):
 
 - signed and unsigned integers, DOUBLE/FLOAT, CHAR/VARCHAR/TEXT and BINARY/VARBINARY/BLOB values
   of the exact Python type the column takes, in range, are written straight to the wire format
@@ -13,8 +15,8 @@ writes the serialized bytes itself — no loop over columns, no message objects:
   plan's ``encode`` into a scratch ``Datum``, serialized on its own (a repeated message field's
   element is its serialized bytes behind a length);
 - anything else — a value off those fast paths, a NULL in a NOT NULL column, a wrong count, text
-  that is not UTF-8 — is handed to the reference :meth:`~bridge.rowcodec.RowCodec.encode`, which
-  encodes it or raises the error that names the column.
+  that is not UTF-8 — is handed to the reference :meth:`~bridge.rowcodec.RowCodec.encode_reference`,
+  which encodes it or raises the error that names the column.
 
 The bytes are those the reference writes (protobuf's encoding is deterministic for these
 messages: fields in number order, a oneof member written even when it holds its default);
@@ -30,14 +32,26 @@ import struct
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, Protocol
 
+from bridge import rowtemporal, rowvalues
 from bridge.proto import row_pb2
-from bridge.rowcodec import RowCodec, plan_column
+from bridge.rowvalues import column_label
 from bridge.schema import table_name
 
 T = row_pb2.ColumnType
 Encoder = Callable[[Sequence[object]], bytes]
+# the column plans RowCodec builds on (bridge.rowcodec imports this module: no import back)
+_PLANNERS = {**rowvalues.PLANNERS, **rowtemporal.PLANNERS}
+
+
+class Codec(Protocol):
+    """What :func:`fast_encoder` needs of a :class:`bridge.rowcodec.RowCodec`."""
+
+    schema: row_pb2.TableSchema
+
+    def encode_reference(self, values: Sequence[object]) -> bytes: ...
+
 
 _INT_BITS = {T.TINYINT: 8, T.SMALLINT: 16, T.MEDIUMINT: 24, T.INT: 32, T.BIGINT: 64}
 _TEXT = frozenset((T.CHAR, T.VARCHAR, T.TEXT))
@@ -117,14 +131,14 @@ def _short(name: str, tag: int) -> str:
     return f"{short} if len({name}) < 126 else framed(ld({tag}, {name}))"
 
 
-def fast_encoder(codec: RowCodec) -> Encoder:
-    """``codec.encode`` as one generated function for this table (see the module docstring)."""
+def fast_encoder(codec: Codec) -> Encoder:
+    """``codec.encode_reference`` as one generated function for this table (see the module docstring)."""
     schema = codec.schema
     table = table_name(schema)
     columns = list(schema.columns)
     header = row_pb2.Row(column_ids=[c.id for c in columns]).SerializeToString()
     scope: dict[str, Any] = {
-        "reference": codec.encode,
+        "reference": codec.encode_reference,
         "header": header,
         "NULL": _NULL_DATUM,
         "varint": varint,
@@ -185,14 +199,19 @@ def fast_encoder(codec: RowCodec) -> Encoder:
                 lines.append(f"        elif type(v) is bytes{within}:")
                 lines.append(f"            p{i} = {_short('v', _BYTES_TAG)}")
         elif kind == T.DECIMAL and column.precision > 0:
-            # the plan's checks for a Decimal already at the column's scale: finite, no more
-            # integer digits than declared, not a negative zero (anything else: the reference)
-            digits = column.precision - column.scale
+            # the plan's checks for a Decimal at or below the column's scale (padded with zeros to
+            # it, as the plan pads): finite, no more integer digits than declared, not a negative
+            # zero (anything else, a longer fraction included: the reference)
+            digits, scale = column.precision - column.scale, column.scale
             lines += [
                 "        elif type(v) is Decimal and v.is_finite():",
                 "            t = format(v, 'f')",
                 "            w, _, f = t.partition('.')",
-                f"            if len(f) != {column.scale} or len(w.lstrip('-0')) > {digits}:",
+                f"            if len(f) != {scale}:",
+                f"                if len(f) > {scale}:",
+                "                    return reference(values)",
+                f"                t = w + '.' + f + '0' * ({scale} - len(f))",
+                f"            if len(w.lstrip('-0')) > {digits}:",
                 "                return reference(values)",
                 "            if t[0] == '-' and not v:",
                 "                return reference(values)",
@@ -206,7 +225,7 @@ def fast_encoder(codec: RowCodec) -> Encoder:
                 f"            p{i} = datetime_element(v)",
             ]
         else:
-            scope[f"e{i}"] = _scratch(plan_column(table, column).encode)
+            scope[f"e{i}"] = _scratch(_PLANNERS[column.type](column_label(table, column), column).encode)
             lines.append("        else:")
             lines.append(f"            p{i} = e{i}(v)")
             parts.append(f"p{i}")

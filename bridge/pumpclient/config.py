@@ -13,7 +13,7 @@ producer's TOML may hold a ``[pump-client]`` table with these keys::
     batch-max = 512
     batch-max-bytes = 4194304
     max-inflight-batches = 2
-    batch-linger = "5ms"        # while busy, a batch waits this long for more; 0 = never
+    batch-linger = "20ms"       # while busy, a batch waits up to this long for more; 0 = never
     chunk-bytes = 4194304       # a larger transaction travels in parts; 0 = never
     max-pending-txns = 200000
     discovery-wait = "5s"
@@ -70,9 +70,10 @@ class PumpClientConfig:
         default=2, metadata={"help": "WriteBinlogs calls in flight per pump; more binlogs wait and coalesce"}
     )
     batch_linger: float = _duration(
-        0.005,
+        0.02,
         "while other calls of this client are in progress, a WriteBinlogs batch or a GetTimestamps "
-        "call waits this long for more before it leaves (a lone caller never waits); 0 = never wait",
+        "call waits for more before it leaves: 5 ms, growing with the calls in progress to this long "
+        "with 64 or more of them (a lone caller never waits); 0 = never wait",
     )
     chunk_bytes: int = field(
         default=4 * 1024 * 1024,

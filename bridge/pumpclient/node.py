@@ -7,8 +7,8 @@ Batching: a caller's binlog joins the pump's queue; while fewer than
 in one call. Binlogs that arrive while calls are in flight wait and leave
 together in the next call, so batches grow with the load and a lone binlog
 leaves at once. While other calls of the client are in progress, a sender
-first waits ``batch-linger`` for more (:mod:`bridge.pumpclient.busy`), and
-no other sender starts meanwhile.
+first waits for more, up to ``batch-linger`` (:mod:`bridge.pumpclient.busy`),
+and no other sender starts meanwhile.
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ class PumpNode:
 
     @property
     def gathering(self) -> bool:
-        """A batch is waiting ``batch-linger`` for more binlogs before it leaves."""
+        """A batch is waiting for more binlogs before it leaves (see :meth:`_linger`)."""
         return self._lingering and bool(self._queue)
 
     @property
@@ -187,10 +187,11 @@ class PumpNode:
     async def _send_queued(self) -> None:
         try:
             while self._queue:
-                if self._worth_waiting():
+                wait = self._linger()
+                if wait:
                     self._lingering = True
                     try:
-                        await asyncio.sleep(self._config.batch_linger)
+                        await asyncio.sleep(wait)
                     finally:
                         self._lingering = False
                 batch = self._take_batch()
@@ -199,15 +200,14 @@ class PumpNode:
         finally:
             self._senders -= 1
 
-    def _worth_waiting(self) -> bool:
-        """Other calls of the client are in progress (not only the binlogs queued or in flight here)
-        and the queue holds less than a full batch."""
+    def _linger(self) -> float:
+        """How long the next batch waits for more (0: it leaves now): while other calls of the
+        client are in progress (not only the binlogs queued or in flight here) and the queue holds
+        less than a full batch, the longer the more calls (:mod:`bridge.pumpclient.busy`)."""
         queued = len(self._queue)
-        return (
-            self._config.batch_linger > 0
-            and queued < self._config.batch_max
-            and self._activity.others_than(queued + self._sending)
-        )
+        if queued >= self._config.batch_max:
+            return 0.0
+        return self._activity.linger(queued + self._sending, self._config.batch_linger)
 
     def _take_batch(self) -> list[PendingBinlog]:
         batch: list[PendingBinlog] = []

@@ -8,9 +8,9 @@ that ask while a call is in flight wait, and the next call allocates for all
 of them at once (the sum of their counts, consecutive), each caller getting
 its own stretch.
 
-While other calls of the client are in progress, a call first waits
-``linger`` for more asks (:mod:`bridge.pumpclient.busy`); a lone asker never
-waits.
+While other calls of the client are in progress, a call first waits for
+more asks, up to ``linger`` (:mod:`bridge.pumpclient.busy`); a lone asker
+never waits.
 
 Freshness is kept: every timestamp a caller gets is allocated by a call that
 started after that caller asked, so a commit_ts asked for after a Prewrite
@@ -61,8 +61,9 @@ class TimestampBatcher:
     async def _serve(self) -> None:
         try:
             while self._waiting:
-                if self._linger and self._activity and self._activity.others_than(len(self._waiting)):
-                    await asyncio.sleep(self._linger)
+                wait = self._activity.linger(len(self._waiting), self._linger) if self._activity else 0.0
+                if wait:
+                    await asyncio.sleep(wait)
                 batch = self._take()
                 metrics.TSO_CALLS.inc()
                 try:

@@ -17,7 +17,7 @@ import pytest
 from bridge.errors import PumpRejected, PumpUnavailable
 from bridge.proto import meta_pb2, pump_pb2
 from bridge.pumpclient import PumpClientConfig
-from bridge.pumpclient.busy import Activity
+from bridge.pumpclient.busy import FULL_LINGER_CALLS, MIN_LINGER, Activity
 from bridge.pumpclient.node import PumpNode
 from bridge.pumpclient.pool import PumpPool
 
@@ -192,7 +192,7 @@ def test_while_other_calls_of_the_client_are_in_progress_a_batch_gathers_for_bat
     stub = HeldStub()
     stub.hold = False
     activity = Activity()
-    activity.calls = 1  # a call elsewhere in the client (a timestamp ask, a write to another pump)
+    activity.calls = FULL_LINGER_CALLS  # calls elsewhere in the client (timestamp asks, other pumps)
     config = PumpClientConfig(batch_linger=0.05)
 
     async def main() -> None:
@@ -256,3 +256,19 @@ def test_range_prewrites_follow_the_batch_the_round_robin_started_not_a_commit_b
     assert picks[:4] == [picks[0]] * 4
     assert picks[4] != picks[0]
     assert [len(c) for c in stubs[picks[0]].calls] == [1]  # one call: the Prewrites above were not written
+
+
+def test_the_wait_grows_with_the_other_calls_in_progress_up_to_batch_linger() -> None:
+    activity = Activity()
+    assert activity.linger(0, 0.02) == 0.0  # nothing in progress: a lone caller never waits
+    activity.calls = 3
+    assert activity.linger(3, 0.02) == 0.0  # only the calls the batcher holds itself
+    assert activity.linger(2, 0.02) == MIN_LINGER  # busy: at least the 5 ms of before
+    activity.calls = 2 + FULL_LINGER_CALLS // 2
+    assert activity.linger(2, 0.02) == pytest.approx(0.01)  # then in proportion to the calls
+    activity.calls = 2 + FULL_LINGER_CALLS
+    assert activity.linger(2, 0.02) == 0.02
+    activity.calls = 10 * FULL_LINGER_CALLS
+    assert activity.linger(2, 0.02) == 0.02  # never past batch-linger
+    assert activity.linger(2, 0.002) == 0.002  # nor past a batch-linger below the 5 ms
+    assert activity.linger(2, 0.0) == 0.0  # batch-linger = 0: never

@@ -9,7 +9,7 @@ import asyncio
 import pytest
 
 from bridge.errors import MetaUnavailable
-from bridge.pumpclient.busy import Activity
+from bridge.pumpclient.busy import FULL_LINGER_CALLS, Activity
 from bridge.pumpclient.timestamps import TimestampBatcher
 from bridge.tso import MAX_LOGICAL
 
@@ -127,7 +127,7 @@ def test_while_other_calls_are_in_progress_a_call_waits_for_more_asks() -> None:
         oracle = Oracle()
         oracle.hold = False
         activity = Activity()
-        activity.calls = 1  # another call of the client (a write) is in progress
+        activity.calls = FULL_LINGER_CALLS  # other calls of the client (writes) are in progress
         batcher = TimestampBatcher(oracle.allocate, linger=0.05, activity=activity)
 
         async def ask() -> int:

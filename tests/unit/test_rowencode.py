@@ -1,10 +1,11 @@
-"""bridge.rowencode's generated per-table encoder writes the very bytes RowCodec.encode writes, on
-seeded random tables of every column type (extremes, zeros, empty and long text, NULLs), and
-raises the reference's errors for what the reference refuses."""
+"""bridge.rowencode's generated per-table encoder (what RowCodec.encode runs) writes the very bytes
+RowCodec.encode_reference writes, on seeded random tables of every column type (extremes, zeros,
+empty and long text, NULLs), and raises the reference's errors for what the reference refuses."""
 
 from __future__ import annotations
 
 import random
+import re
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -61,8 +62,10 @@ def test_the_fast_encoder_writes_the_reference_bytes(seed: int) -> None:
     for i in range(60):
         pick = random_value if i % 2 else edge_value
         values = [pick(rng, c) for c in schema.columns]
-        assert encode(values) == codec.encode(values)
-        assert codec.decode(encode(values)) == codec.decode(codec.encode(values))
+        reference = codec.encode_reference(values)
+        assert encode(values) == reference
+        assert codec.encode(values) == reference
+        assert codec.decode(encode(values)) == codec.decode(reference)
 
 
 def test_varint_is_protobufs() -> None:
@@ -94,10 +97,11 @@ def test_what_the_reference_refuses_raises_its_error() -> None:
     ]
     for row in bad_rows:
         with pytest.raises(RowValueError) as expected:
-            codec.encode(row)
-        with pytest.raises(RowValueError) as got:
-            encode(row)
-        assert str(got.value) == str(expected.value)
+            codec.encode_reference(row)
+        for encoder in (encode, codec.encode):
+            with pytest.raises(RowValueError) as got:
+                encoder(row)
+            assert str(got.value) == str(expected.value)
     # values the reference converts (an int for DECIMAL, a bool for INT, a shorter scale): the same bytes
     good_rows: list[tuple[Any, ...]] = [
         (True, "é", 3, None, 2),
@@ -105,4 +109,38 @@ def test_what_the_reference_refuses_raises_its_error() -> None:
         (1, None, Decimal("-0.00"), None, None),
     ]
     for row in good_rows:
-        assert encode(row) == codec.encode(row)
+        assert encode(row) == codec.encode(row) == codec.encode_reference(row)
+
+
+def test_decimals_shorter_than_the_scale_are_padded_as_the_reference_pads() -> None:
+    schema = row_pb2.TableSchema(db="d", table="t", table_id=1, max_column_id=2)
+    schema.columns.add(id=1, name="a", type=T.DECIMAL, precision=12, scale=2)
+    schema.columns.add(id=2, name="b", type=T.DECIMAL, precision=5, scale=0, nullable=True)
+    codec = RowCodec(schema)
+    encode = fast_encoder(codec)
+    texts = [
+        "1",
+        "0",
+        "0.1",
+        "-0.1",
+        "-1",
+        "10",
+        "123.4",
+        "99999",
+        "1E+3",
+        "1E-2",
+        "1.0",
+        "-0.0",
+        "0.00",
+        "5E+1",
+    ]
+    for a in texts:
+        for b in [*texts, None]:
+            row = (Decimal(a), None if b is None else Decimal(b))
+            try:
+                expected: Any = codec.encode_reference(row)
+            except RowValueError as exc:
+                with pytest.raises(RowValueError, match=re.escape(str(exc))):
+                    encode(row)
+                continue
+            assert encode(row) == expected
