@@ -239,12 +239,8 @@ class ProducerLink:
         except KafkaException as exc:
             raise self._refused(exc.args[0], batch, topic) from None
         else:
-            self.produced += 1
-            self._since_poll += 1
-            if self._since_poll >= 256:
-                self._since_poll = 0
-                self.serve(producer.poll, 0)
-        batch.pending += 1  # AckTracker.sent
+            self._produced(producer)
+        self.tracker.sent(batch)
 
     def send(
         self,
@@ -279,6 +275,10 @@ class ProducerLink:
                     ) from None
             except KafkaException as exc:
                 raise self._refused(exc.args[0], batch, topic) from None
+        self._produced(producer)
+
+    def _produced(self, producer: Producer) -> None:
+        """One message went to librdkafka: count it, and serve its callbacks every 256 messages."""
         self.produced += 1
         self._since_poll += 1
         if self._since_poll >= 256:
