@@ -9,6 +9,14 @@ Then `binlog-bridge consume --apply` of the topics into a fresh SQLite database 
 with the upstream. The topics were created with the broker's default replication factor
 (``replication-factor`` unset). Run time: ~25 s (a cluster, a 5 s load, a full replay).
 
+The sink runs with ``idempotence = false``, as docs/kafka-sink.md tells users of this broker:
+Tansu's S3 storage persists an idempotent producer's sequence number before the batch, so a
+broker killed between the two answers the retry with DUPLICATE_SEQUENCE_NUMBER, which librdkafka
+takes for a delivery. The batch is lost, and its offsets stay a hole. That happened in about half
+the runs of this test (2026-11-29: drainer debug log, a `DUPSEQ` on the batch whose offsets were
+missing from the partition). A Kafka broker appends the batch and its sequence state together,
+so the default stays idempotent; this broker cannot show that default surviving a kill.
+
 The fault suite (tests/e2e/test_faults_*.py, 7 cases, all @pytest.mark.slow) ran in 69 s
 on a 2-core machine (up to ~2 min while other work shared it).
 """
@@ -48,7 +56,12 @@ def test_broker_sigkilled_while_the_drainer_writes_replays_equal(
     tmp_path: Path, broker: PrivateTansu, unique_name: str
 ) -> None:
     upstream = f"sqlite://{tmp_path / 'upstream.db'}"
-    kafka = {"bootstrap-servers": broker.bootstrap, "prefix": unique_name, "resolved-interval": "300ms"}
+    kafka = {
+        "bootstrap-servers": broker.bootstrap,
+        "prefix": unique_name,
+        "resolved-interval": "300ms",
+        "idempotence": False,  # this broker loses an idempotent batch in a crash: module docstring
+    }
     spec = ClusterSpec(
         tmp_path / "cluster",
         pumps=1,

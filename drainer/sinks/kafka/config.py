@@ -16,7 +16,9 @@ from drainer.sinks.kafka.topics import BROKER_DEFAULT_REPLICATION, check_templat
 # The librdkafka settings the sink owns: the contract depends on them.
 _OWNED = {
     "bootstrap.servers": "sink.kafka.bootstrap-servers",
-    "enable.idempotence": "(always true: per-partition order and no duplicates from internal retries)",
+    "enable.idempotence": "sink.kafka.idempotence",
+    "max.in.flight.requests.per.connection": "(5 with idempotence, else 1: per-partition order)",
+    "max.in.flight": "(5 with idempotence, else 1: per-partition order)",
     "acks": "(always all)",
     "request.required.acks": "(always all)",
     "linger.ms": "sink.kafka.linger",
@@ -106,6 +108,14 @@ class KafkaSinkConfig:
             "help": "how long a message may wait for its delivery; then the flush fails",
         },
     )
+    idempotence: bool = field(
+        default=True,
+        metadata={
+            "help": "idempotent producer: order kept and no duplicates from librdkafka's retries; false: "
+            "one request in flight per broker, order kept, a retry may duplicate a message (consume drops "
+            "it); false for a broker that can lose an idempotent batch in a crash (docs/kafka-sink.md)"
+        },
+    )
 
     def validate(self) -> None:
         if not self.bootstrap_servers.strip():
@@ -172,7 +182,8 @@ def producer_settings(config: KafkaSinkConfig) -> dict[str, Any]:
         "socket.keepalive.enable": True,  # a half-open connection ends; socket.timeout.ms bounds requests
         **config.producer,
         "bootstrap.servers": config.bootstrap_servers,
-        "enable.idempotence": True,
+        "enable.idempotence": config.idempotence,
+        "max.in.flight.requests.per.connection": 5 if config.idempotence else 1,
         "acks": "all",
         "linger.ms": config.linger * 1000,
         "compression.type": config.compression,
