@@ -19,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 __all__ = [
     "Budget",
+    "Counters",
     "CpuMeter",
     "children",
     "cpu_seconds",
@@ -172,6 +173,41 @@ def scrape(url: str, names: Iterable[str]) -> dict[str, float]:
 Counter = Callable[[], float | None]
 
 
+class Counters:
+    """Counters read at both ends of a window (calls made, fsyncs done, requests sent: each a
+    callable returning the running total), reported per second and per 1,000 rows. A counter
+    that cannot be read at either end is reported as ``None``."""
+
+    def __init__(self, counters: Mapping[str, Counter] | None = None) -> None:
+        self._counters = dict(counters or {})
+        self._began: dict[str, float | None] = {}
+        self._started = 0.0
+
+    def _read(self) -> dict[str, float | None]:
+        values: dict[str, float | None] = {}
+        for name, read in self._counters.items():
+            try:
+                values[name] = read()
+            except Exception:  # noqa: BLE001 - a counter that cannot be read is reported as unknown
+                values[name] = None
+        return values
+
+    def start(self) -> None:
+        self._began = self._read()
+        self._started = time.monotonic()
+
+    def stop(self, rows: int, seconds: float | None = None) -> dict[str, dict[str, float | None]]:
+        """``per_second`` and ``per_1000_rows`` of every counter since :meth:`start` (``seconds``:
+        the window's length when the caller timed it, else since :meth:`start`)."""
+        seconds = seconds if seconds is not None else time.monotonic() - self._started
+        counts = _deltas(self._began, self._read())
+        rows = max(rows, 1)
+        return {
+            "per_second": {n: None if c is None else round(c / seconds, 1) for n, c in counts.items()},
+            "per_1000_rows": {n: None if c is None else round(c * 1000 / rows, 1) for n, c in counts.items()},
+        }
+
+
 class Budget:
     """CPU of every process of a pipeline per row, and counters, over one window.
 
@@ -194,11 +230,10 @@ class Budget:
         measuring: Callable[[], Iterable[int]] | None = None,
     ) -> None:
         self._servers = dict(servers or {})
-        self._counters = dict(counters or {})
+        self._counters = Counters(counters)
         self._measuring = measuring
         self._groups: dict[str, list[tuple[int, int | None]]] = {}
         self._began: dict[str, float | None] = {}
-        self._counted: dict[str, float | None] = {}
         self._started = 0.0
 
     def _discover(self) -> dict[str, list[tuple[int, int | None]]]:
@@ -233,18 +268,10 @@ class Budget:
             now["producer"] = producer - measured
         return now
 
-    def _count(self) -> dict[str, float | None]:
-        values: dict[str, float | None] = {}
-        for name, read in self._counters.items():
-            try:
-                values[name] = read()
-            except Exception:  # noqa: BLE001 - a counter that cannot be read is reported as unknown
-                values[name] = None
-        return values
-
     def start(self) -> None:
         self._groups = self._discover()
-        self._began, self._counted = self._cpu(), self._count()
+        self._began = self._cpu()
+        self._counters.start()
         self._started = time.monotonic()
 
     def stop(self, rows: int) -> dict[str, object]:
@@ -252,7 +279,7 @@ class Budget:
         bridge's own processes summed, and each counter per second and per 1,000 rows."""
         seconds = time.monotonic() - self._started
         spent = _deltas(self._began, self._cpu())
-        counts = _deltas(self._counted, self._count())
+        counted = self._counters.stop(rows, seconds)
         rows = max(rows, 1)
         per_row = {name: None if s is None else round(s * 1e6 / rows, 1) for name, s in spent.items()}
         bridge = [v for name, v in per_row.items() if name.split("-")[0] in self.BRIDGE_ROLES]
@@ -263,8 +290,7 @@ class Budget:
             "cpu_us_per_row": per_row,
             "cpu_pct_core": {n: None if s is None else round(100 * s / seconds, 1) for n, s in spent.items()},
             "bridge_us_per_row": round(sum(known), 1) if len(known) == len(bridge) else None,
-            "per_second": {n: None if c is None else round(c / seconds, 1) for n, c in counts.items()},
-            "per_1000_rows": {n: None if c is None else round(c * 1000 / rows, 1) for n, c in counts.items()},
+            **counted,
         }
 
 

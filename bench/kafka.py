@@ -48,6 +48,9 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from prometheus_client import CollectorRegistry
+
+from bench.cpu import Counters, CpuMeter, listener_pid
 from bench.drainer import row_values, table_schema
 from bench.kafka_ceiling import Encoded, HandEncoder, Headers, check_same_bytes, produce_all
 from bench.result import best_of, machine
@@ -115,21 +118,43 @@ def registry_url(args: argparse.Namespace) -> str:
 def new_sink(args: argparse.Namespace, prefix: str, data_dir: Path) -> Any:
     from drainer.sinks.kafka.sink import KafkaSink
 
-    config = {"bootstrap-servers": args.bootstrap_servers, "prefix": prefix, "partitions": args.partitions}
+    config: dict[str, Any] = {
+        "bootstrap-servers": args.bootstrap_servers,
+        "prefix": prefix,
+        "partitions": args.partitions,
+        # librdkafka's statistics (its count of produce requests) often enough for a short run
+        "producer": {"statistics.interval.ms": STATS_INTERVAL_MS},
+    }
     if args.encoding == "registry":
         config["schema-registry-url"] = registry_url(args)
     return KafkaSink(config, data_dir)
 
 
-def measure_sink(args: argparse.Namespace, ddl: DDLEvent, txns: Sequence[TxnEvent], data_dir: Path) -> float:
-    """Rows/s of the kafka sink from the first write of a transaction to the flush that acknowledges all."""
+STATS_INTERVAL_MS = 500
+PRODUCE_REQUESTS = "bridge_sink_kafka_produce_requests_total"
+
+
+def measure_sink(
+    args: argparse.Namespace, ddl: DDLEvent, txns: Sequence[TxnEvent], data_dir: Path
+) -> tuple[float, dict[str, Any]]:
+    """Rows/s of the kafka sink from the first write of a transaction to the flush that acknowledges
+    all, and what it cost: CPU µs per row of this process (the sink and librdkafka's threads) and of
+    the broker (when it runs here), and the produce requests per second and per 1,000 rows."""
     sink = new_sink(args, f"bench-kafka-{uuid.uuid4().hex[:8]}", data_dir)
-    sink.open(SinkContext(cluster_id=1, data_dir=data_dir))
+    registry = CollectorRegistry()
+    sink.open(SinkContext(cluster_id=1, data_dir=data_dir, metrics_registry=registry))
+    host, _, port = args.bootstrap_servers.split(",")[0].rpartition(":")
+    broker = listener_pid(int(port)) if host in ("127.0.0.1", "localhost", "::1") else None
+    meter = CpuMeter({"sink": [os.getpid()], "broker": [broker] if broker else []})
+    counters = Counters({"produce_requests": lambda: registry.get_sample_value(PRODUCE_REQUESTS)})
     try:
         sink.write([ddl])
         sink.flush()  # the topic exists and the schemas are published before timing starts
+        settle_statistics(sink)
         last = txns[-1].commit_ts
         step = args.events_per_write
+        meter.start()
+        counters.start()
         began = time.perf_counter()
         for i in range(0, len(txns), step):
             events: list[Event] = list(txns[i : i + step])
@@ -142,11 +167,22 @@ def measure_sink(args: argparse.Namespace, ddl: DDLEvent, txns: Sequence[TxnEven
                 )
             position = sink.flush()
         elapsed = time.perf_counter() - began
+        meter.stop()
+        settle_statistics(sink)  # the requests of the run counted (not timed)
+        counted = counters.stop(args.rows, elapsed)
     finally:
         sink.close()
     rate: float = args.rows / elapsed
     progress(f"kafka sink: {args.rows:,} rows in {elapsed:.2f}s = {rate:,.0f} rows/s")
-    return rate
+    costs = {"cpu_us_per_row": meter.per_row_us(args.rows), **counted}
+    progress(f"kafka sink: {costs}")
+    return rate, costs
+
+
+def settle_statistics(sink: Any) -> None:
+    """Wait for librdkafka's next statistics (the sink counts produce requests from them)."""
+    time.sleep(2.5 * STATS_INTERVAL_MS / 1000)
+    sink.flush()  # serves the statistics callback
 
 
 def encode_messages(args: argparse.Namespace, txns: Sequence[TxnEvent]) -> list[Encoded]:
@@ -231,12 +267,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         }  # fmt: skip
         encoder = hand_encoder(args, messages)
         check_same_bytes(encoder.messages(txns[:20], "bench", "orders"), messages)
-        values, ceilings, bare = [], [], []
+        values, ceilings, bare, costs = [], [], [], []
         for _ in range(args.repeat):
             ceilings.append(measure_encode_and_produce(args, txns, encoder, settings))
             bare.append(measure_bare(args, messages, settings))
-            values.append(measure_sink(args, ddl, txns, Path(name)))
+            value, cost = measure_sink(args, ddl, txns, Path(name))
+            values.append(value)
+            costs.append(cost)
     result = best_of("kafka", "rows/s", values, ceilings, "encode_and_produce")
+    result.update(costs[values.index(max(values))])  # those of the best run
     result["runs"]["bare_producer"] = [round(b, 1) for b in bare]
     result["bare_producer"] = round(max(bare), 1)
     result["bare_ratio"] = float(f"{result['value'] / max(bare):.4g}")

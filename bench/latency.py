@@ -75,6 +75,7 @@ from bench.drainer import (
     PUMPS,
     drainer_toml,
     mysql_sink_faults,
+    server_status,
     spawn,
     start_cluster,
     table_schema,
@@ -253,10 +254,10 @@ def make_budget(run: Run, watchers: list[Watcher], pump_statuses: list[str], dra
         name = "bridge_sink_kafka_produce_requests_total"
         counters["kafka_produce_requests"] = lambda: scrape(drainer, [name]).get(name)
     if "mysql" in run.sinks:
-        counters["mariadb_fsyncs (server-wide)"] = lambda: mysql_status(
-            run, "Innodb_data_fsyncs", "Innodb_os_log_fsyncs"
+        counters["mariadb_fsyncs (server-wide)"] = lambda: server_status(
+            run.dsn, ("Innodb_data_fsyncs", "Innodb_os_log_fsyncs")
         )
-        counters["mariadb_statements (server-wide)"] = lambda: mysql_status(run, "Questions")
+        counters["mariadb_statements (server-wide)"] = lambda: server_status(run.dsn, ("Questions",))
     servers = {"mariadb": listener_pid(run.dsn.port) if run.dsn.host in LOCAL_HOSTS else None}
     if "kafka" in run.sinks:
         host, _, port = run.args.bootstrap_servers.split(",")[0].rpartition(":")
@@ -270,19 +271,6 @@ LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 def _local(name: str) -> float | None:
     return REGISTRY.get_sample_value(name)
-
-
-def mysql_status(run: Run, *names: str) -> float:
-    """The sum of global status counters of the downstream server (every client's, not only ours)."""
-    conn = mysql.connect(run.dsn, autocommit=True)
-    try:
-        with conn.cursor() as cursor:
-            cursor.execute(
-                "SHOW GLOBAL STATUS WHERE Variable_name IN (" + ", ".join(["%s"] * len(names)) + ")", names
-            )
-            return float(sum(int(value) for _, value in cursor.fetchall()))
-    finally:
-        conn.close()
 
 
 async def wait_for(what: str, done: Callable[[], bool], watchers: list[Watcher], timeout: float) -> None:

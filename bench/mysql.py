@@ -57,7 +57,7 @@ import pymysql
 from pymysql.constants import CLIENT
 
 from bench import mysql_workload as workload
-from bench.cpu import CpuMeter, cpu_seconds, listener_pid
+from bench.cpu import Counters, CpuMeter, cpu_seconds, listener_pid, scrape
 from bench.drainer import (
     DRAINER_READY,
     PUMPS,
@@ -66,6 +66,7 @@ from bench.drainer import (
     mysql_sink_faults,
     peak_rss_mib,
     row_values,
+    server_status,
     spawn,
     start_cluster,
     table_schema,
@@ -250,10 +251,13 @@ async def measure_drainer(
     async with spawn(["drainer", "--config", str(config)], DRAINER_READY, "drainer") as drainer:
         pumps = [listener_pid(int(addr.rpartition(":")[2])) for addr in pump_addrs]
         cpu = CpuMeter({"drainer": [drainer.proc.pid], "pumps": pumps, "server": [server_pid(dsn)]})
+        counters = Counters(drainer_counters(drainer.match.group(1), dsn))
         cpu.start()
+        counters.start()
         await wait_checkpoint(drainer, last_ts, args.timeout)
         elapsed = time.perf_counter() - drainer.ready_at
         cpu.stop()
+        counted = counters.stop(args.rows, elapsed)
         if workload.worker_processes(args):  # its children, started with the sink after ready: all CPU
             tasks = Path(f"/proc/{drainer.proc.pid}/task").glob("*/children")
             pids = [int(pid) for task in tasks for pid in task.read_text().split()]
@@ -262,11 +266,33 @@ async def measure_drainer(
         faults["drainer_peak_rss_mib"] = peak_rss_mib(drainer.proc.pid)
         samples = await asyncio.to_thread(fetch_metrics, drainer.match.group(1), "bridge_sink_mysql_")
         faults["server_us_per_row"] = server_costs(samples, args.rows)
+        faults.update(counted)
     rate = args.rows / elapsed
     progress(f"drainer (mysql sink): {args.rows:,} row changes in {elapsed:.2f}s = {rate:,.0f} rows/s")
     progress(f"drainer phase, CPU us per row change: {cpu.per_row_us(args.rows)}")
     progress(f"drainer phase, deadlocks, worker retries, peak RSS: {faults}")
     return rate, elapsed, cpu, faults
+
+
+def drainer_counters(status_addr: str, dsn: Dsn) -> dict[str, Any]:
+    """The calls behind the drainer's rows: messages it pulled from the pumps, the sink's
+    statements and COMMITs (its metrics, worker processes included), and the server's statements
+    and fsyncs (global status: every client's, none but ours during the run)."""
+    url = f"http://{status_addr}/metrics"
+
+    def metric(name: str) -> Any:
+        return lambda: scrape(url, [name]).get(name)
+
+    def status(*names: str) -> Any:
+        return lambda: server_status(dsn, names)
+
+    return {
+        "drainer_pulled_messages": metric("bridge_drainer_pulled_messages_total"),
+        "sink_statements": metric("bridge_sink_mysql_statement_seconds_count"),
+        "sink_commits": metric("bridge_sink_mysql_commit_seconds_count"),
+        "server_statements (server-wide)": status("Questions"),
+        "server_fsyncs (server-wide)": status("Innodb_data_fsyncs", "Innodb_os_log_fsyncs"),
+    }
 
 
 def verify(dsn: Dsn, schema: row_pb2.TableSchema, model: Model, table: str = "") -> dict[str, Any]:

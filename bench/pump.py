@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import os
 import re
 import statistics
@@ -42,14 +43,14 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from prometheus_client import REGISTRY
 
-from bench.cpu import CpuMeter, listener_pid
+from bench.cpu import Counters, CpuMeter, listener_pid, scrape
 from bench.pump_ceiling import drive_batched
 from bench.result import best_of, machine
 from bench.tso import meta_process
@@ -59,7 +60,7 @@ from bridge.pumpclient import AsyncPumpsClient, PumpClientConfig, PumpsClient
 
 INSERT = binlog_pb2.MutationType.Insert
 PREWRITE = binlog_pb2.Prewrite  # a module constant: the enum wrapper's lookup costs ~1 us per binlog
-READY = re.compile(r"(?:pump|ceiling) ready: node_id=\S+ addr=(\S+)")
+READY = re.compile(r"(?:pump|ceiling) ready: node_id=\S+ addr=(\S+)(?: status=(\S+))?")
 PUMP_TOML = """\
 addr = "127.0.0.1:0"
 node-id = "bench-pump"
@@ -189,7 +190,7 @@ def thread_producer(client: PumpsClient, value: bytes, shared: Tally, mine: Tall
 
 
 def drive_threads(
-    meta_addr: str, args: argparse.Namespace, label: str, meter: CpuMeter | None
+    meta_addr: str, args: argparse.Namespace, label: str, meter: CpuMeter | None, counters: Counters
 ) -> dict[str, Any]:
     """:func:`drive` with ``--threads`` producer threads sharing one :class:`PumpsClient`."""
     shared, tallies = Tally(), [Tally() for _ in range(args.threads)]
@@ -208,27 +209,35 @@ def drive_threads(
         calls_before = batch_calls()
         if meter is not None:
             meter.start()
+        counters.start()
         measured_from = time.perf_counter()
         time.sleep(args.seconds)
         shared.measuring = False
         elapsed = time.perf_counter() - measured_from
         if meter is not None:
             meter.stop()
+        counted = counters.stop(0, elapsed)
         calls, binlogs = (a - b for a, b in zip(batch_calls(), calls_before, strict=True))
         end[0] = 0.0
         for thread in threads:
             thread.join()
     acked = sum(t.acked for t in tallies)
     latencies = [x for t in tallies for x in t.latencies]
-    return figures_of(label, acked, elapsed, latencies, calls, binlogs, meter)
+    return figures_of(label, acked, elapsed, latencies, calls, binlogs, meter, counted)
 
 
 async def drive(
-    meta_addr: str, args: argparse.Namespace, label: str, meter: CpuMeter | None = None
+    meta_addr: str,
+    args: argparse.Namespace,
+    label: str,
+    meter: CpuMeter | None = None,
+    pump_status: str = "",
 ) -> dict[str, Any]:
-    """Run the producers against whatever pump the registry lists; figures after warm-up."""
+    """Run the producers against whatever pump the registry lists; figures after warm-up, with the
+    calls and fsyncs behind them per second (:func:`call_counters`)."""
+    counters = Counters(call_counters(pump_status))
     if args.threads:
-        return await asyncio.to_thread(drive_threads, meta_addr, args, label, meter)
+        return await asyncio.to_thread(drive_threads, meta_addr, args, label, meter, counters)
     config = PumpClientConfig()  # the defaults a producer gets
     tally = Tally()
     async with AsyncPumpsClient(meta_addr, config) as client:
@@ -241,16 +250,18 @@ async def drive(
         calls_before = batch_calls()
         if meter is not None:
             meter.start()
+        counters.start()
         measured_from = time.perf_counter()
         await asyncio.sleep(args.seconds)
         tally.measuring = False
         elapsed = time.perf_counter() - measured_from
         if meter is not None:
             meter.stop()
+        counted = counters.stop(0, elapsed)
         calls, binlogs = (a - b for a, b in zip(batch_calls(), calls_before, strict=True))
         end[0] = 0.0
         await asyncio.gather(*tasks)
-    return figures_of(label, tally.acked, elapsed, tally.latencies, calls, binlogs, meter)
+    return figures_of(label, tally.acked, elapsed, tally.latencies, calls, binlogs, meter, counted)
 
 
 def figures_of(
@@ -261,6 +272,7 @@ def figures_of(
     calls: float,
     binlogs: float,
     meter: CpuMeter | None,
+    counted: dict[str, dict[str, float | None]],
 ) -> dict[str, Any]:
     rate = acked / elapsed
     progress(f"{label}: {acked:,} binlogs in {elapsed:.1f}s = {rate:,.0f}/s")
@@ -268,7 +280,30 @@ def figures_of(
     figures["binlogs_per_call"] = round(binlogs / calls, 1) if calls else 0.0
     if meter is not None:
         figures["cpu_us_per_binlog"] = meter.per_row_us(max(acked, 1))
+    figures["per_second"] = counted["per_second"]
     return figures
+
+
+def call_counters(pump_status: str) -> dict[str, Callable[[], float | None]]:
+    """What the producers' binlogs cost in calls: the SDK's WriteBinlogs and TSO calls (this
+    process), and with the pump's status address its write calls, group commits and fsyncs."""
+    counters: dict[str, Callable[[], float | None]] = {
+        "write_binlogs_calls": lambda: REGISTRY.get_sample_value("bridge_pump_client_batch_size_count"),
+        "tso_calls": lambda: REGISTRY.get_sample_value("bridge_pump_client_tso_calls_total"),
+    }
+    if pump_status:
+        url = f"http://{pump_status}/metrics"
+        for name, metric in (
+            ("pump_write_calls", "bridge_pump_write_calls_total"),
+            ("pump_group_commits", "bridge_pump_write_batch_size_count"),
+            ("pump_fsyncs", "bridge_pump_storage_fsyncs_total"),
+        ):
+            counters[name] = functools.partial(_scraped, url, metric)
+    return counters
+
+
+def _scraped(url: str, name: str) -> float | None:
+    return scrape(url, [name]).get(name)
 
 
 def batch_calls() -> tuple[float, float]:
@@ -285,8 +320,9 @@ def percentiles(latencies: Sequence[float]) -> dict[str, float]:
 
 
 @contextlib.asynccontextmanager
-async def child(argv: list[str], what: str) -> AsyncIterator[tuple[str, int]]:
-    """A child process that prints a ready line naming its address; yields the address and pid."""
+async def child(argv: list[str], what: str) -> AsyncIterator[tuple[str, int, str]]:
+    """A child process that prints a ready line naming its address; yields the address, the pid
+    and the status address (empty when the line names none)."""
     proc = await asyncio.create_subprocess_exec(
         *argv,
         stdin=asyncio.subprocess.DEVNULL,
@@ -303,7 +339,7 @@ async def child(argv: list[str], what: str) -> AsyncIterator[tuple[str, int]]:
         else:
             raise RuntimeError(f"{what} exited before it was ready:\n" + "".join(lines[-30:]))
         drain = asyncio.ensure_future(_drain(proc.stderr))
-        yield m.group(1), proc.pid
+        yield m.group(1), proc.pid, m.group(2) or ""
     finally:
         if proc.returncode is None:
             proc.terminate()
@@ -329,9 +365,10 @@ async def measure_pump(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         config = tmp / "pump.toml"
         config.write_text(PUMP_TOML.format(meta=meta_addr, data_dir=tmp / "pump"))
         argv = [sys.executable, "-m", "bridge.cli", "--log-level", "warning", "pump", "--config", str(config)]
-        async with child(argv, "binlog-bridge pump") as (addr, pid):
+        async with child(argv, "binlog-bridge pump") as (addr, pid, status):
             progress(f"pump at {addr}, data in {tmp / 'pump'}")
-            return await drive(meta_addr, args, "pump", meter_for(pump=pid, meta=meta_pid(meta_addr)))
+            meter = meter_for(pump=pid, meta=meta_pid(meta_addr))
+            return await drive(meta_addr, args, "pump", meter, pump_status=status)
 
 
 async def measure_ceiling(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
@@ -346,7 +383,7 @@ async def measure_ceiling(args: argparse.Namespace, tmp: Path) -> dict[str, Any]
             "--file",
             str(tmp / "ceiling.log"),
         ]
-        async with child(argv, "the ceiling server") as (addr, pid):
+        async with child(argv, "the ceiling server") as (addr, pid, _):
             progress(f"ceiling server at {addr}")
             value = prewrite_value_of_size(args.size)
             payloads = [
@@ -403,6 +440,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         p99_ms=pump["p99_ms"],
         binlogs_per_call=pump["binlogs_per_call"],
         cpu_us_per_binlog={"sdk_to_pump": pump["cpu_us_per_binlog"], "ceiling": ceiling["cpu_us_per_binlog"]},
+        per_second={"sdk_to_pump": pump["per_second"]},
     )
     sdk_runs = [c["sdk"] for c in ceilings if "sdk" in c]
     if sdk_runs:
@@ -411,6 +449,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         result["sdk_ceiling_ratio"] = float(f"{result['value'] / sdk['rate']:.4g}") if sdk["rate"] else 0.0
         result["sdk_ceiling_p50_ms"], result["sdk_ceiling_p99_ms"] = sdk["p50_ms"], sdk["p99_ms"]
         result["cpu_us_per_binlog"]["sdk_to_ceiling_server"] = sdk["cpu_us_per_binlog"]
+        result["per_second"]["sdk_to_ceiling_server"] = sdk["per_second"]
         result["runs"]["sdk_ceiling"] = [round(s["rate"], 1) for s in sdk_runs]
     params = {
         k: getattr(args, k)

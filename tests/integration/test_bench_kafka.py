@@ -38,5 +38,8 @@ def test_bench_kafka_prints_json_on_its_last_line(kafka_bootstrap: str) -> None:
     assert figures["params"]["rows"] == 2000
     assert figures["params"]["producer"]["acks"] == "all"
     assert figures["params"]["producer"]["enable.idempotence"] is True
+    # what the sink's rows cost: CPU of this process (and of the broker, here), produce requests
+    assert figures["cpu_us_per_row"]["sink"] > 0 and "broker" in figures["cpu_us_per_row"]
+    assert figures["per_second"]["produce_requests"] > 0 and figures["per_1000_rows"]["produce_requests"] > 0
     assert "kafka sink: 2,000 rows" in result.stderr and "bare producer: 2,000 messages" in result.stderr
     assert "fastavro + producer: 2,000 rows" in result.stderr

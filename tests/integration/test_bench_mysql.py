@@ -43,6 +43,11 @@ def test_bench_mysql_prints_json_on_its_last_line() -> None:
     cpu = figures["cpu_us_per_row"]
     assert cpu["drainer_phase"]["drainer"] > 0 and cpu["ceiling"]["client"] > 0
     assert set(cpu["drainer_phase"]) == {"drainer", "pumps", "server"}
+    # the calls behind the rows: pulled messages, the sink's statements and COMMITs, the server's
+    calls = figures["per_second"]
+    assert calls["drainer_pulled_messages"] > 0 and calls["sink_statements"] > 0 and calls["sink_commits"] > 0
+    assert calls["server_statements (server-wide)"] > 0 and calls["server_fsyncs (server-wide)"] is not None
+    assert figures["per_1000_rows"]["sink_commits"] > 0
 
 
 @pytest.mark.parametrize(

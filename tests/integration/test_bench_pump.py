@@ -27,5 +27,16 @@ def test_bench_pump_prints_json_on_its_last_line() -> None:
     assert set(cpu) == {"sdk_to_pump", "ceiling", "sdk_to_ceiling_server"}
     assert set(cpu["sdk_to_pump"]) == {"bench", "pump", "meta"}
     assert cpu["sdk_to_pump"]["pump"] is not None and cpu["sdk_to_pump"]["pump"] > 0
+    # the calls behind the binlogs: the SDK's (this process) and the pump's (its /metrics)
+    calls = figures["per_second"]["sdk_to_pump"]
+    assert set(calls) == {
+        "write_binlogs_calls",
+        "tso_calls",
+        "pump_write_calls",
+        "pump_group_commits",
+        "pump_fsyncs",
+    }
+    assert calls["write_binlogs_calls"] > 0 and calls["pump_write_calls"] > 0 and calls["pump_fsyncs"] > 0
+    assert set(figures["per_second"]["sdk_to_ceiling_server"]) == {"write_binlogs_calls", "tso_calls"}
     assert figures["cores"] >= 1 and len(figures["load_avg"]) == 3
     assert "ceiling (100 binlogs per call, 1 in flight)" in result.stderr

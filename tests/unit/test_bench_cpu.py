@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.cpu import Budget, CpuMeter, children, cpu_seconds, listener_pid, process_role
+from bench.cpu import Budget, Counters, CpuMeter, children, cpu_seconds, listener_pid, process_role
 
 
 def _burn(seconds: float) -> None:
@@ -96,6 +96,22 @@ def test_budget_names_child_processes_by_role_and_counts_per_row() -> None:
         others
     )
     assert report["per_1000_rows"] == {"calls": 100.0}
+
+
+def test_counters_report_the_window_per_second_and_per_thousand_rows() -> None:
+    totals = iter([10.0, 40.0])
+    broken = iter([5.0])  # a counter that cannot be read at the window's end
+
+    def failing() -> float:
+        return next(broken)
+
+    counters = Counters({"calls": lambda: next(totals), "gone": failing})
+    counters.start()
+    report = counters.stop(rows=300, seconds=2.0)
+    assert report == {
+        "per_second": {"calls": 15.0, "gone": None},
+        "per_1000_rows": {"calls": 100.0, "gone": None},
+    }
 
 
 def test_process_role_is_the_binlog_bridge_subcommand() -> None:
