@@ -41,13 +41,14 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pymysql
 from pymysqlreplication import BinLogStreamReader  # type: ignore[import-untyped]
 
-from bench.cpu import CpuMeter
+from bench.cpu import Counters, CpuMeter, scrape
 from bench.drainer import start_cluster
 from bridge import mysql
 from bridge.apps.capture.shadow import shadow_name
@@ -163,27 +164,50 @@ def run_capture(
     until: tuple[str, int] | None,
     timeout: float,
     start: tuple[str, int] | None = None,
-) -> tuple[float, Any]:
-    """Run the capture child until it streams (and, with ``until``, reached it, from ``start``); seconds
-    and CPU."""
+    pump_statuses: Sequence[str] = (),
+    rows: int = 0,
+) -> tuple[float, Any, dict[str, Any]]:
+    """Run the capture child until it streams (and, with ``until``, reached it, from ``start``); seconds,
+    CPU and the calls behind the rows (:func:`call_counters`) over the same window."""
     child = subprocess.Popen(
         [sys.executable, "-m", "bridge.cli", "--log-level", "warning", "capture", "--config", str(config)],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
     )  # fmt: skip
     meter = CpuMeter({"capture": [child.pid]})
+    counters = Counters(call_counters(port, pump_statuses))
     deadline = time.monotonic() + timeout
     try:
         began = _wait(port, child, deadline, lambda s: s["state"] == "streaming")
         meter.start()
+        counters.start()
         if until is not None:
             reached = lambda s: (s["position"]["file"], s["position"]["offset"]) >= until  # noqa: E731
             _wait(port, child, deadline, reached, lambda s: _pause(s, start, until))
         elapsed = time.perf_counter() - began
         meter.stop()
+        counted = counters.stop(rows, elapsed)  # read while the capture still answers
     finally:
         child.send_signal(signal.SIGTERM)
         child.wait(timeout=60)
-    return elapsed, meter
+    return elapsed, meter, counted
+
+
+def call_counters(port: int, pump_statuses: Sequence[str]) -> dict[str, Any]:
+    """The capture's transactions and the SDK calls it made for them (its ``/metrics``), and the
+    pumps' write calls and fsyncs (theirs)."""
+
+    def metric(urls: Sequence[str], name: str) -> Any:
+        return lambda: sum(scrape(url, [name]).get(name, 0.0) for url in urls)
+
+    capture = [f"http://127.0.0.1:{port}/metrics"]
+    pumps = [f"http://{addr}/metrics" for addr in pump_statuses]
+    return {
+        "capture_transactions": metric(capture, "bridge_capture_transactions_total"),
+        "write_binlogs_calls": metric(capture, "bridge_pump_client_batch_size_count"),
+        "tso_calls": metric(capture, "bridge_pump_client_tso_calls_total"),
+        "pump_write_calls": metric(pumps, "bridge_pump_write_calls_total"),
+        "pump_fsyncs": metric(pumps, "bridge_pump_storage_fsyncs_total"),
+    }
 
 
 def _pause(state: dict[str, Any], start: tuple[str, int] | None, end: tuple[str, int]) -> float:
@@ -223,7 +247,8 @@ async def measure(args: argparse.Namespace, dsn: Dsn) -> dict[str, Any]:
     try:
         with tempfile.TemporaryDirectory(prefix="bench-capture-") as tmp:
             async with contextlib.AsyncExitStack() as stack:
-                meta_addr, _ = await start_cluster(stack, Path(tmp))
+                pump_statuses: list[str] = []
+                meta_addr, _ = await start_cluster(stack, Path(tmp), statuses=pump_statuses)
                 port = free_port()
                 config = Path(tmp) / "capture.toml"
                 config.write_text(
@@ -239,14 +264,16 @@ async def measure(args: argparse.Namespace, dsn: Dsn) -> dict[str, Any]:
                 end = binlog_end(dsn)
                 progress(f"{changes} row changes in the binlog from {start} to {end}")
                 decoded = [measure_ceiling(dsn, db, start, end)]
-                elapsed, meter = run_capture(config, port, end, args.timeout, start)
+                elapsed, meter, calls = run_capture(
+                    config, port, end, args.timeout, start, pump_statuses, changes
+                )
                 decoded.append(measure_ceiling(dsn, db, start, end))
     finally:
         shadow = shadow_name(server_id, db)
         source_sql(dsn, f"DROP DATABASE IF EXISTS `{db}`", f"DROP DATABASE IF EXISTS `{shadow}`")
     cpu = {**meter.per_row_us(changes), "decode_only": min(c for _, c in decoded)}
     ceilings = [rate for rate, _ in decoded]
-    return {"value": changes / elapsed, "ceilings": ceilings, "elapsed": elapsed, "cpu": cpu}
+    return {"value": changes / elapsed, "ceilings": ceilings, "elapsed": elapsed, "cpu": cpu, "calls": calls}
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -273,6 +300,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         # informational, less sensitive to a busy machine than the rates: the decoder's CPU per row
         # change over the capture child's (every thread: decoding, converting, encoding, writing)
         "cpu_ratio": _cpu_ratio(result["cpu"]),
+        **result["calls"],  # per_second, per_1000_rows
         "params": {"rows": args.rows, "rows_per_txn": args.rows_per_txn, "fsync": not args.no_fsync},
         "ceiling_is": "mysql-replication decoding the same binlog range (every row event's rows), "
         "nothing forwarded",

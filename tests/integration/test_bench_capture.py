@@ -47,3 +47,17 @@ def test_bench_capture_prints_json_on_its_last_line(tmp_path: Path) -> None:
     cpu = figures["cpu_us_per_row"]
     assert cpu["capture"] > 0 and cpu["decode_only"] > 0
     assert figures["cpu_ratio"] == pytest.approx(cpu["decode_only"] / cpu["capture"], abs=1e-3)
+    # the calls behind the rows: the capture's transactions and SDK calls, the pumps' writes
+    calls = figures["per_second"]
+    assert set(calls) == {
+        "capture_transactions",
+        "write_binlogs_calls",
+        "tso_calls",
+        "pump_write_calls",
+        "pump_fsyncs",
+    }
+    assert (
+        calls["capture_transactions"] > 0
+        and calls["write_binlogs_calls"] > 0
+        and calls["pump_write_calls"] > 0
+    )
