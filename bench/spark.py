@@ -22,7 +22,11 @@ data source first, so the Python workers have started.
 project (:mod:`bench.spark_ceiling`): one process with confluent-kafka,
 fastavro's schemaless reader and tantivy (delete by id, add, one commit per
 ``--batch`` rows). ``ratio`` = value / ceiling; ``ceiling_cpu_us``: that process's CPU microseconds per
-change (tantivy's threads included).
+change (tantivy's threads included). ``ceiling_stages_us``: that loop's steps,
+each timed alone over the first 20,000 changes after the timed runs
+(:func:`bench.spark_ceiling.stage_costs`: decode, convert, document, delete,
+add, commit, and their sum), so the ceiling's own cost on this machine is
+broken down.
 
 ``loop`` (for information): one Python loop with no Spark using this project's
 code: the same :class:`~spark_consumers.decode.ChangeDecoder` decodes each
@@ -71,6 +75,7 @@ from spark_consumers.config import JobConfig
 from spark_consumers.decode import ChangeDecoder
 from spark_consumers.source import kafka
 
+STAGE_SAMPLE = 20_000  # changes the ceiling's steps are timed over, each alone (ceiling_stages_us)
 DEFAULT_BOOTSTRAP = os.environ.get("BRIDGE_TEST_KAFKA_BOOTSTRAP", "127.0.0.1:19092")
 
 
@@ -233,6 +238,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     cpu: dict[str, float] = {}
     shuffle_cpu: dict[str, float] = {}
     source_cpu = ceiling_cpu = 0.0
+    ceiling_stages: dict[str, float] = {}
     try:
         for attempt in range(args.repeat):
             work = Path(tempfile.mkdtemp(prefix="bench-spark-"))
@@ -255,6 +261,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 progress(f"hand-written ceiling: {ceiling:,.0f} rows/s, {used_us:.1f} us CPU per change")
                 if ceiling > best_ceiling:
                     best_ceiling, ceiling_cpu = ceiling, used_us
+                if not ceiling_stages:
+                    ceiling_stages = spark_ceiling.stage_costs(
+                        args.bootstrap_servers, topic, args.partitions, min(args.rows, STAGE_SAMPLE),
+                        work / "stages",
+                    )  # fmt: skip
+                    progress(f"hand-written ceiling, CPU us per change by step: {ceiling_stages}")
                 best_loop = max(
                     best_loop, measure_loop(args.bootstrap_servers, topic, args.rows, args.batch, work)
                 )
@@ -270,6 +282,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "shuffle": round(best_shuffle),
         "shuffle_cpu": {name: round(us, 1) for name, us in shuffle_cpu.items()},
         "source_cpu_us": round(source_cpu, 1), "ceiling_cpu_us": round(ceiling_cpu, 1),
+        "ceiling_stages_us": ceiling_stages,
         "rows": args.rows,
         "partitions": args.partitions, "batch": args.batch, "master": args.master,
         "session_seconds": round(session_seconds, 1),

@@ -97,6 +97,62 @@ def measure(bootstrap: str, topic: str, partitions: int, rows: int, batch: int, 
     return rows / (time.perf_counter() - began)
 
 
+def stage_costs(bootstrap: str, topic: str, partitions: int, sample: int, work: Path) -> dict[str, float]:
+    """CPU µs per change of each step of :func:`measure`'s loop, each timed alone over the first
+    ``sample`` messages of ``topic`` (read before timing; untimed, not part of the ceiling's rate):
+    ``decode`` (fastavro's schemaless reader), ``convert`` (the row as tantivy's JSON field takes
+    it), ``document`` (the ``tantivy.Document``), ``delete`` and ``add`` (the writer's calls),
+    ``commit`` (one commit of them all, its threads included: process CPU). Where a hand-written
+    loop spends its time on this machine, against which a job's CPU per change compares."""
+    work.mkdir(parents=True, exist_ok=True)
+    schemas = _schemas(bootstrap, topic.split(".", 1)[0] + "._schemas")
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"stages-{os.getpid()}",
+                         "enable.auto.commit": False})  # fmt: skip
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    values: list[bytes] = []
+    while len(values) < sample:
+        batch = consumer.consume(10_000, timeout=5.0)
+        if not batch:
+            break
+        values += [v for m in batch if not m.error() and (v := m.value())]
+    consumer.close()
+    values = values[:sample]
+    count = max(len(values), 1)
+    costs: dict[str, float] = {}
+
+    def timed(name: str, step: Any) -> Any:
+        began = time.process_time()
+        result = step()
+        costs[name] = round((time.process_time() - began) / count * 1e6, 2)
+        return result
+
+    header = SINGLE_OBJECT_HEADER
+    envelopes: list[Any] = timed("decode", lambda: [
+        fastavro.schemaless_reader(io.BytesIO(v[header:]), schemas[v[2:header]], None) for v in values
+    ])  # fmt: skip
+    rows: list[dict[str, Any]] = timed("convert", lambda: [
+        {k: _plain(v) for k, v in (e["after"] or {}).items() if v is not None} for e in envelopes
+    ])  # fmt: skip
+    ids = [f"bench/orders/{row['id']}" for row in rows]
+    documents = timed("document", lambda: [
+        tantivy.Document(_id=i, _ts=e["source"]["commit_ts"], row=r, text=str(r.get("sku", "")))
+        for i, e, r in zip(ids, envelopes, rows, strict=True)
+    ])  # fmt: skip
+    index = tantivy.Index(_schema(), path=str(work))
+    writer = index.writer(heap_size=128 * 1024 * 1024, num_threads=1)
+    timed("delete", lambda: [writer.delete_documents_by_term("_id", i) for i in ids])
+    timed("add", lambda: [writer.add_document(d) for d in documents])
+
+    def commit() -> None:
+        writer.commit()
+        writer.wait_merging_threads()
+
+    timed("commit", commit)
+    costs["sum"] = round(sum(costs.values()), 2)
+    costs["sample"] = len(values)
+    return costs
+
+
 def tree_cpu_seconds(root: int) -> dict[int, float]:
     """pid -> user+system CPU seconds of ``root`` and every live descendant (from /proc)."""
     tick = os.sysconf("SC_CLK_TCK")
