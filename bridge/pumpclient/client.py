@@ -141,7 +141,12 @@ class AsyncPumpsClient:
         """
         if self._pool is not None:
             raise RuntimeError("the pump client is already started")
-        meta = MetaClient(self._meta_addrs, security=self.config.security, keepalive=self.config.keepalive)
+        meta = MetaClient(
+            self._meta_addrs,
+            security=self.config.security,
+            keepalive=self.config.keepalive,
+            timeout=self.config.meta_timeout,
+        )
         try:
             self.cluster_id = self.config.cluster_id or await meta.cluster_id()
             pool = PumpPool(self.config, self.cluster_id, self._activity)

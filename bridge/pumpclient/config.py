@@ -56,6 +56,11 @@ class PumpClientConfig:
     rpc_timeout: float = _duration(
         3.0, "how long one call to a pump may take before the pump counts as failed"
     )
+    meta_timeout: float = _duration(
+        15.0,
+        "how long one request to the meta service (timestamps, the registry) may look for a leader "
+        "and retry before it fails with MetaUnavailable: long enough to ride out a meta restart",
+    )
     retry_backoff: float = _duration(0.05, "pause after every pump failed a binlog once; doubles per round")
     retry_backoff_max: float = _duration(1.0, "upper bound of the retry pause")
     max_errors: int = field(
@@ -97,6 +102,7 @@ class PumpClientConfig:
         positive = {
             "write-timeout": self.write_timeout,
             "rpc-timeout": self.rpc_timeout,
+            "meta-timeout": self.meta_timeout,
             "probe-interval": self.probe_interval,
             "discovery-wait": self.discovery_wait,
             "max-errors": self.max_errors,

@@ -384,7 +384,8 @@ def test_all_pumps_down_raises_a_clear_error(cluster: Cluster) -> None:
 def test_meta_outage_keeps_the_last_known_pumps(cluster: Cluster, caplog: pytest.LogCaptureFixture) -> None:
     first = timestamps(cluster.meta_addr, 2_000)
     caplog.set_level(logging.WARNING, logger="bridge.pumpclient")
-    with PumpsClient(cluster.meta_addr, PumpClientConfig(strategy="range")) as client:
+    # meta-timeout: how long the registry's request retries before the outage is logged
+    with PumpsClient(cluster.meta_addr, PumpClientConfig(strategy="range", meta_timeout=3.0)) as client:
         assert cluster.meta is not None
         cluster.meta.kill()
         wait_until(
@@ -401,8 +402,8 @@ def test_meta_outage_keeps_the_last_known_pumps(cluster: Cluster, caplog: pytest
 def test_start_without_a_meta_service_fails_clearly_and_cleans_up() -> None:
     addr = f"127.0.0.1:{free_port()}"
     threads_before = set(threading.enumerate())
-    client = PumpsClient(addr)
-    with pytest.raises(MetaUnavailable, match=addr):
+    client = PumpsClient(addr, PumpClientConfig(meta_timeout=2.0))
+    with pytest.raises(MetaUnavailable, match=rf"within 2s \(tried {addr}\)"):
         client.start()
     # Compared by identity, not by count: a thread of an earlier test may end meanwhile.
     leaked = [t for t in threading.enumerate() if t not in threads_before and t.is_alive()]
