@@ -142,7 +142,6 @@ def prefix() -> str:
     return f"d{uuid.uuid4().hex[:10]}"
 
 
-@pytest.mark.xfail(strict=True, reason="open: a DDL is not held back until the watermarks pass it")
 @pytest.mark.parametrize("mode", ["direct", "shuffle"])
 def test_a_rename_waits_for_an_older_change_of_the_old_name_still_on_its_way(
     spark: Any, kafka_bootstrap: str, prefix: str, mode: str, tmp_path: Path
