@@ -169,7 +169,6 @@ def test_a_rename_waits_for_an_older_change_of_the_old_name_still_on_its_way(
     assert "sku-late-update" in found["bench/orders2/1"][3]
 
 
-@pytest.mark.xfail(strict=True, reason="open: direct mode, a key change then a RENAME in one batch")
 def test_a_key_change_then_a_rename_in_one_batch_leaves_no_old_key_under_the_new_name(
     spark: Any, kafka_bootstrap: str, prefix: str, tmp_path: Path
 ) -> None:
