@@ -21,7 +21,9 @@ One change crosses shards: an update that changes the key is written to the new 
 while the old key's document lives in the old key's shard. The task computes that shard (the old
 key written again with the key's schema and hashed as the sink does) and returns such deletes in
 its summary (``foreign``); the driver applies them to their shards after the tasks (rare: only
-key changes; versions decide there too).
+key changes; versions decide there too). A batch with a RENAME leaves its floors to the driver
+too (``floors`` of the summaries, :func:`apply_deferred_floors`), applied after those deletes: the
+old key's delete reaches the old name before the old name's documents move.
 
 Every message is checked to be in the partition its key hashes to: a topic written with
 ``partition-by = "table"`` or ``"commit-ts"`` is refused (``--index-mode shuffle`` indexes it),
