@@ -34,6 +34,8 @@ from bridge.tso import compose
 from spark_consumers.config import JobConfig
 from spark_consumers.jobs import run
 from tests.e2e.test_spark_e2e import documents
+from tests.e2e.test_spark_jobs import START_GUARD
+from tests.e2e.test_spark_jobs import index_job as job_process
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -95,9 +97,9 @@ class Upstream:
         self.producer.produce(topic, key=key, value=value, partition=zlib.crc32(key[10:]) % PARTITIONS,
                               headers=[("bridge.kind", b"row")])  # fmt: skip
         if before is not None:
-            self.rows[table].pop(int(before[0]), None)  # type: ignore[arg-type]
+            self.rows[table].pop(int(before[0]), None)
         if after is not None:
-            self.rows[table][int(after[0])] = after  # type: ignore[arg-type]
+            self.rows[table][int(after[0])] = after
 
     def rename(self, old: str, new: str, at: int) -> None:
         change = row_pb2.SchemaChange(kind=row_pb2.SchemaChange.RENAME_TABLE, db="bench", table=new,
@@ -106,14 +108,20 @@ class Upstream:
         record = ddl_record(change, cluster_id=1, start_ts=at - 1, commit_ts=at,
                             query=f"RENAME TABLE {old} TO {new}", topic=self.topics[new])  # fmt: skip
         value = self.codec.encode(f"{self.ddl_topic}-value", DDL_SCHEMA, record)
-        headers = [("bridge.kind", b"ddl"), ("bridge.commit-ts", str(at).encode())]
+        headers: list[tuple[str, str | bytes | None]] = [
+            ("bridge.kind", b"ddl"),
+            ("bridge.commit-ts", str(at).encode()),
+        ]
         self.producer.produce(self.ddl_topic, value=value, partition=0, headers=headers)
         self.rows[new] = self.rows.pop(old)
         self.rows[old] = {}
 
     def resolved(self, at: int) -> None:
         """A watermark at ``at`` in every partition (of the DDL topic too), as the sink publishes it."""
-        headers = [("bridge.kind", b"resolved"), ("bridge.resolved-ts", str(at).encode())]
+        headers: list[tuple[str, str | bytes | None]] = [
+            ("bridge.kind", b"resolved"),
+            ("bridge.resolved-ts", str(at).encode()),
+        ]
         for topic in (self.ddl_topic, *self.topics.values()):
             for partition in range(1 if topic == self.ddl_topic else PARTITIONS):
                 self.producer.produce(topic, partition=partition, headers=headers)
@@ -195,3 +203,32 @@ def test_a_key_change_then_a_rename_in_one_batch_leaves_no_old_key_under_the_new
     found = live(tmp_path)
     assert sorted(found) == sorted(up.expected())
     assert "bench/orders2/0" not in found
+
+
+def test_a_held_back_rename_survives_a_sigkilled_driver(
+    kafka_bootstrap: str, prefix: str, tmp_path: Path
+) -> None:
+    """The job as a user runs it: a batch holds the rename back, the driver is SIGKILLed, the
+    late change and its watermark come, and the job restarted from its checkpoint ends equal."""
+    up = Upstream(kafka_bootstrap, prefix)
+    for n in range(4):
+        up.change("orders", "insert", None, row_values(n), ts(10 + n))
+    up.resolved(ts(13))
+    up.rename("orders", "orders2", ts(20))
+    up.flush()
+    first = job_process(kafka_bootstrap, f"{prefix}.*", tmp_path, "--trigger-interval", "1s")
+    try:
+        first.wait_for_line(r"^batch 0: 4 rows", timeout=START_GUARD)  # the rename held back
+    finally:
+        first.kill()
+    assert len(live(tmp_path)) == 4 and all("/orders/" in doc for doc in live(tmp_path))
+    updated = (*row_values(2)[:4], "sku-late-update", *row_values(2)[5:])
+    up.change("orders", "update", row_values(2), updated, ts(15))
+    up.rows["orders"], up.rows["orders2"][2] = {}, updated
+    up.resolved(ts(25))
+    up.flush()
+    second = job_process(kafka_bootstrap, f"{prefix}.*", tmp_path, "--available-now")
+    assert second.wait(timeout=START_GUARD) == 0, second.output[-3000:]
+    found = live(tmp_path)
+    assert sorted(found) == sorted(up.expected())
+    assert "sku-late-update" in found["bench/orders2/2"][3]
