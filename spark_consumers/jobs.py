@@ -117,11 +117,13 @@ class BatchHandler:
     def apply_direct(self, frame: Any, started: float) -> BatchStats:
         """One batch of the direct mode: the source's shard tasks read, applied and committed their
         partitions; the driver collects their summaries and applies the deletes of changed keys
-        that belong to other shards (:mod:`spark_consumers.index.direct`)."""
+        that belong to other shards, then the floors of a batch with a RENAME, which the tasks
+        leave to it (:mod:`spark_consumers.index.direct`)."""
         summaries = [row.asDict() for row in frame.collect()]
         if not self.paths:
             self.paths = shard_paths(self.config.output)
         moved = direct.apply_foreign(self.paths, self.config.text_fields, summaries)
+        direct.apply_deferred_floors(self.paths, self.config.text_fields, summaries)
         megabytes = sum(folder_bytes(p) for p in self.paths if p.exists()) / 1e6
         documents = live_documents(open_shards(self.config.output)) if self.paths else 0
         return BatchStats(

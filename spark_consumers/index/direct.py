@@ -21,7 +21,9 @@ One change crosses shards: an update that changes the key is written to the new 
 while the old key's document lives in the old key's shard. The task computes that shard (the old
 key written again with the key's schema and hashed as the sink does) and returns such deletes in
 its summary (``foreign``); the driver applies them to their shards after the tasks (rare: only
-key changes; versions decide there too).
+key changes; versions decide there too). A batch with a RENAME leaves its floors to the driver
+too (``floors`` of the summaries, :func:`apply_deferred_floors`), applied after those deletes: the
+old key's delete reaches the old name before the old name's documents move.
 
 Every message is checked to be in the partition its key hashes to: a topic written with
 ``partition-by = "table"`` or ``"commit-ts"`` is refused (``--index-mode shuffle`` indexes it),
@@ -47,6 +49,7 @@ from spark_consumers.index.shards import create_or_open, placement_of, recorded_
 from spark_consumers.latest import (
     Action,
     BatchChanges,
+    Floor,
     apply_floors,
     ddl_columns,
     ddl_floor,
@@ -58,13 +61,15 @@ from spark_consumers.source.offsets import Offsets, ranges
 
 SUMMARY_SCHEMA = (
     "shard int, rows long, changes long, put long, deleted long, max_commit_ts long, executor string, "
-    "cpu_seconds double, attempt int, reduce_cpu_seconds double, read_cpu_seconds double, foreign string"
+    "cpu_seconds double, attempt int, reduce_cpu_seconds double, read_cpu_seconds double, foreign string, "
+    "floors string"
 )
 SUMMARY_ARROW = pa.schema(
     [("shard", pa.int32()), ("rows", pa.int64()), ("changes", pa.int64()), ("put", pa.int64()),
      ("deleted", pa.int64()), ("max_commit_ts", pa.int64()), ("executor", pa.string()),
      ("cpu_seconds", pa.float64()), ("attempt", pa.int32()), ("reduce_cpu_seconds", pa.float64()),
-     ("read_cpu_seconds", pa.float64()), ("foreign", pa.string())]
+     ("read_cpu_seconds", pa.float64()), ("foreign", pa.string()),
+     ("floors", pa.string())]
 )  # fmt: skip
 
 _loads = orjson.loads
@@ -178,7 +183,14 @@ def read_shard(options: Any, part: ShardPartition) -> Iterator[pa.RecordBatch]:
             found = decoders[topic] = _clients(options, topic).decoder
         return found
 
-    changes = reduce_compact(rows, decoder_for)
+    changes = reduce_compact(rows, decoder_for, floors=False)
+    # a batch with a RENAME leaves its floors to the driver, after the deletes of changed keys other
+    # shards found: the old key's delete must reach the old name before its documents move
+    deferred = changes.floors if any(f.to_table for f in changes.floors) else []
+    if deferred:
+        changes.floors = []
+    else:
+        apply_floors(changes)
     reduced = time.process_time()
     path = shard_dir(Path(options.index_path), part.shard)
     index = tasks.open_writer(str(path), json.loads(options.text_fields or "{}"))
@@ -203,14 +215,20 @@ def read_shard(options: Any, part: ShardPartition) -> Iterator[pa.RecordBatch]:
         "reduce_cpu_seconds": reduced - read,
         "read_cpu_seconds": read - began,
         "foreign": json.dumps([[s, r[3], r[4], r[6], r[8], r[9]] for s, r in foreign]) if foreign else None,
+        "floors": json.dumps([[f.db, f.table, *f.version, f.to_db, f.to_table] for f in deferred])
+        if deferred
+        else None,
     }
     yield pa.RecordBatch.from_pylist([summary], schema=SUMMARY_ARROW)
 
 
-def reduce_compact(rows: Sequence[Compact], decoder_for: Callable[[str], ChangeDecoder]) -> BatchChanges:
+def reduce_compact(
+    rows: Sequence[Compact], decoder_for: Callable[[str], ChangeDecoder], floors: bool = True
+) -> BatchChanges:
     """Compact rows -> the latest action per document and the floors: the rules of
     :func:`spark_consumers.index.tasks.reduce_rows` (the first of equal versions kept), on the
-    tuples; only the surviving rows' images are parsed."""
+    tuples; only the surviving rows' images are parsed. ``floors=False``: the floors are not yet
+    let hide or move the batch's older actions (the caller does, or leaves them to the store)."""
     out = BatchChanges({}, [])
     latest: dict[str, Compact] = {}
     top = 0
@@ -233,7 +251,7 @@ def reduce_compact(rows: Sequence[Compact], decoder_for: Callable[[str], ChangeD
         image = None if row[10] is None else _loads(row[10])
         actions[doc_id] = Action(doc_id, row[3], row[4], row[6] or "", (row[8], row[9]), image,
                                  decoder_for(row[0]).types_of(row[11] or b""))  # fmt: skip
-    return apply_floors(out)
+    return apply_floors(out) if floors else out
 
 
 def apply_foreign(paths: Sequence[Path], text_fields: Mapping[str, Sequence[str]],
@@ -258,3 +276,26 @@ def apply_foreign(paths: Sequence[Path], text_fields: Mapping[str, Sequence[str]
         finally:
             index.close()
     return done
+
+
+def apply_deferred_floors(paths: Sequence[Path], text_fields: Mapping[str, Sequence[str]],
+                          summaries: Sequence[Mapping[str, Any]]) -> int:  # fmt: skip
+    """On the driver, after :func:`apply_foreign`: the floors of a batch with a RENAME, which its
+    shard tasks left (every task read the same DDL range), applied to every shard in version order:
+    the old name's documents, the batch's own changes and other shards' deletes of changed keys
+    included, move to the new name at the rename's version. A replay finds the floors recorded
+    and moves nothing twice. Returns how many floors."""
+    floors: set[Floor] = set()
+    for summary in summaries:
+        for db, table, ts, pos, to_db, to_table in json.loads(summary.get("floors") or "[]"):
+            floors.add(Floor(db, table, (int(ts), int(pos)), to_db, to_table))
+    if not floors:
+        return 0
+    ordered = sorted(floors, key=lambda f: (f.version, f.db, f.table))
+    for path in paths:
+        index = tasks.open_writer(str(path), text_fields)
+        try:
+            index.apply(BatchChanges({}, list(ordered)))
+        finally:
+            index.close()
+    return len(ordered)

@@ -24,6 +24,7 @@ class SourceOptions:
     bootstrap: str
     topics: tuple[str, ...]
     with_ddl: bool = True
+    ddl_wait: bool = True  # ddl.wait=resolved: a DDL event waits for a watermark at or past it
     registry_url: str = ""
     schemas_topic: str = ""
     schemas_wait: float = 10.0
@@ -54,6 +55,9 @@ class SourceOptions:
         except ValueError as exc:
             raise ConfigError(f"schemas.wait / maxOffsetsPerTrigger: not a number: {exc}") from None
         rows = opts.get("rows", "json").lower()
+        ddl_wait = opts.get("ddl.wait", "resolved").lower()
+        if ddl_wait not in ("resolved", "none"):
+            raise ConfigError(f"ddl.wait: {ddl_wait!r} is not one of resolved, none")
         if rows not in ROW_FORMS:
             raise ConfigError(f"rows: {rows!r} is not one of {', '.join(ROW_FORMS)}")
         if rows == "index" and not opts.get("index.path"):
@@ -65,6 +69,7 @@ class SourceOptions:
             bootstrap=bootstrap,
             topics=topics,
             with_ddl=opts.get("ddl", "true").lower() != "false",
+            ddl_wait=ddl_wait == "resolved",
             registry_url=opts.get("schema.registry.url", ""),
             schemas_topic=opts.get("schemas.topic", ""),
             schemas_wait=wait,

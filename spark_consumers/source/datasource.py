@@ -15,6 +15,10 @@ Options (all strings, as Spark passes them):
                            watermarks count too); default: everything available. A batch the
                            bound cuts short of a row topic's end reads no DDL topic (a DDL never
                            comes ahead of older changes: :func:`offsets.hold_back_ddl`)
+``ddl.wait``               ``resolved`` (default): a stream reads a DDL event only in a batch
+                           that reads every change older than it: the event waits until the
+                           DDL topic shows a resolved-ts watermark at or past its commit_ts
+                           (:meth:`_Planner.ddl_cuts`); ``none``: as soon as it is there
 ``startingOffsets``        ``earliest`` (default) or JSON ``{"topic": {"0": 42}}``
 ``endingOffsets``          batch reads: ``latest`` (default) or JSON
 ``kafka.<setting>``        passed to the librdkafka consumers (``kafka.security.protocol``, ...)
@@ -37,6 +41,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
+from confluent_kafka import Consumer
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -194,12 +199,29 @@ class _Planner:
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
         self._probe: kafka.EndProbe | None = None
+        self._reader: Consumer | None = None  # reads the DDL topics' ranges (ddl.wait)
 
     def ends(self) -> Offsets:
         if self._probe is None:
             self._probe = kafka.EndProbe(self.options.bootstrap, self.options.kafka)
         found = kafka.list_partitions(self._probe.consumer, self.options.topics, self.options.with_ddl)
         return self._probe.ends(found)
+
+    def ddl_cuts(self, start: Offsets, end: Offsets) -> tuple[Offsets, bool]:
+        """Each DDL topic partition's end cut before its first DDL event that no watermark up to
+        ``end`` passed yet (:func:`kafka.ddl_cut`; the events wait, at their offsets, for a later
+        batch), and whether a DDL event is let through."""
+        cuts: Offsets = {}
+        released = False
+        for topic, partition, first, stop in offsets.ranges(start, end):
+            if not topic.endswith(DDL_SUFFIX):
+                continue
+            if self._reader is None:
+                self._reader = Consumer(kafka.consumer_config(self.options.bootstrap, self.options.kafka))
+            cut, passed = kafka.ddl_cut(self._reader, topic, partition, first, stop)
+            cuts.setdefault(topic, {})[str(partition)] = cut
+            released = released or passed
+        return cuts, released
 
     def starting(self) -> Offsets:
         if self.options.starting.lower() == "earliest":
@@ -210,6 +232,9 @@ class _Planner:
         if self._probe is not None:
             self._probe.close()
             self._probe = None
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
 
 
 def plan_partitions(options: SourceOptions, start: Offsets, end: Offsets) -> list[InputPartition]:
@@ -251,6 +276,21 @@ class ChangeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target = self._planner.ends()
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        end = self._end(start, limit)
+        if not self.options.ddl_wait:
+            return end
+        cuts, released = self._planner.ddl_cuts(start, end)
+        if released:
+            # the watermarks that let these DDL events go were read after the ends were probed:
+            # probe again, so that the batch reads every older change they promise is in Kafka
+            end = self._end(start, limit)
+        return {
+            t: ({p: min(o, cuts.get(t, {}).get(p, o)) for p, o in parts.items()} if t.endswith(DDL_SUFFIX)
+                else parts)
+            for t, parts in end.items()
+        }  # fmt: skip
+
+    def _end(self, start: dict[str, Any], limit: ReadLimit) -> Offsets:
         self._latest = offsets.merge(start, self._planner.ends())
         end = (
             self._latest

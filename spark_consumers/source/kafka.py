@@ -26,6 +26,9 @@ from confluent_kafka import TopicPartition as Partition
 from bridge.errors import UserError
 from spark_consumers.decode import DDL_SUFFIX, HEADER_KIND, SCHEMAS_SUFFIX
 
+HEADER_RESOLVED = "bridge.resolved-ts"
+HEADER_COMMIT_TS = "bridge.commit-ts"
+
 log = logging.getLogger(__name__)
 
 METADATA_TIMEOUT = 10.0
@@ -178,6 +181,48 @@ def header_kind(message: Message) -> str:
         if name == HEADER_KIND and value is not None:
             return value.decode("ascii", "replace") if isinstance(value, bytes) else str(value)
     return "row"
+
+
+def header_int(message: Message, name: str) -> int | None:
+    """A header holding a decimal integer (``bridge.commit-ts``, ``bridge.resolved-ts``), or None."""
+    for header in message.headers() or ():
+        if header[0] == name and header[1] is not None:
+            value = header[1]
+            try:
+                return int(value.decode("ascii") if isinstance(value, bytes) else value)
+            except ValueError:
+                return None
+    return None
+
+
+def ddl_cut(consumer: Consumer, topic: str, partition: int, start: int, end: int) -> tuple[int, bool]:
+    """Where a batch may end in ``[start, end)`` of a DDL topic's partition (:func:`cut_at`, on the
+    messages read there)."""
+    marks: list[tuple[int, str, int]] = []
+    for chunk in read_range(consumer, topic, partition, start, end):
+        for message in chunk:
+            kind = header_kind(message)
+            if kind == "resolved":
+                marks.append((message.offset() or 0, kind, header_int(message, HEADER_RESOLVED) or -1))
+            elif message.value() is not None and kind not in ("tombstone", "schema"):
+                # a DDL event without its commit_ts header (not the sink's) waits for nothing
+                marks.append((message.offset() or 0, "ddl", header_int(message, HEADER_COMMIT_TS) or 0))
+    return cut_at(marks, end)
+
+
+def cut_at(marks: Sequence[tuple[int, str, int]], end: int) -> tuple[int, bool]:
+    """``marks``: (offset, ``"ddl"`` or ``"resolved"``, its commit_ts or resolved-ts) of a DDL topic's
+    range ending at ``end``. Returns where a batch may end: before the first DDL event whose
+    commit_ts no watermark of the range reached (``end`` when there is none), and whether a DDL event
+    lies before that place. The sink publishes a watermark only once the brokers acknowledged every
+    change at or below it, in every topic: a DDL at or below a watermark read here has no older change
+    still on its way to a table topic."""
+    resolved = max([ts for _, kind, ts in marks if kind == "resolved"], default=-1)
+    events = [(offset, ts) for offset, kind, ts in marks if kind == "ddl"]
+    for offset, commit_ts in events:
+        if commit_ts > resolved:
+            return offset, offset > events[0][0]
+    return end, bool(events)
 
 
 def read_range(

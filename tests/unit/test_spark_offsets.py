@@ -63,6 +63,10 @@ def test_source_options_are_checked_by_name() -> None:
         parsed.topics == ("a.*", "b.t") and parsed.max_offsets == 50 and parsed.kafka == {"client.id": "me"}
     )
     assert parsed.schemas_topic_of("a.db.t") == "a._schemas"
+    assert parsed.ddl_wait  # by default a DDL event waits for a watermark at or past it
+    assert not SourceOptions.parse({"bootstrap.servers": "k", "topics": "t", "ddl.wait": "none"}).ddl_wait
+    with pytest.raises(ConfigError, match=r"^ddl\.wait: 'soon'"):
+        SourceOptions.parse({"bootstrap.servers": "k", "topics": "t", "ddl.wait": "soon"})
 
 
 def test_job_config_flags_over_the_file_and_errors_name_the_key(tmp_path: Path) -> None:
@@ -103,3 +107,15 @@ def test_a_batch_cut_short_of_a_row_topic_reads_no_ddl() -> None:
     assert offsets.hold_back_ddl(start, wanted, wanted, "._ddl") == wanted  # nothing cut: DDL read
     new_topic = {"p.db.t": {"0": 20}, "p._ddl": {"0": 5}}
     assert offsets.hold_back_ddl({}, new_topic, wanted, "._ddl")["p._ddl"] == {"0": 0}
+
+
+def test_a_ddl_event_waits_in_its_topic_until_a_watermark_reaches_its_commit_ts() -> None:
+    from spark_consumers.source.kafka import cut_at
+
+    assert cut_at([], 9) == (9, False)
+    assert cut_at([(3, "resolved", 5), (4, "resolved", 6)], 9) == (9, False)  # watermarks only
+    assert cut_at([(3, "ddl", 20), (4, "resolved", 13)], 9) == (3, False)  # no watermark at 20 yet
+    assert cut_at([(3, "ddl", 20), (4, "resolved", 13), (5, "resolved", 20)], 9) == (9, True)
+    # the first waiting event holds back every later one, passed or not
+    assert cut_at([(3, "ddl", 20), (4, "ddl", 30), (5, "resolved", 25), (6, "ddl", 26)], 9) == (4, True)
+    assert cut_at([(3, "ddl", 40), (4, "ddl", 30), (5, "resolved", 35)], 9) == (3, False)

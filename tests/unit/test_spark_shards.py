@@ -249,6 +249,29 @@ def test_the_driver_applies_old_key_deletes_to_their_shard_by_version(tmp_path: 
     assert apply_foreign(paths, {}, later) == 0  # replayed: the tombstone holds the version
 
 
+def test_a_renames_floors_wait_for_the_old_key_deletes_of_other_shards(tmp_path: Path) -> None:
+    """The direct mode's driver: an old key's delete (from another shard's task) reaches the old
+    name before the batch's RENAME moves the old name's documents; a replay changes nothing."""
+    from spark_consumers.index.direct import apply_deferred_floors, apply_foreign
+
+    paths = create_or_open(tmp_path, SHARDS, "kafka-partition")
+    messages = Messages()
+    rows = [
+        dict(zip(COMPACT_FIELDS, r, strict=True)) for k in (7, 8) for r in messages.change("c", 10 + k, k)
+    ]
+    apply_shard([str(p) for p in paths], 2, rows, {}, lambda t: messages.decoder, placed_by_hash=False)
+    summaries: list[dict[str, Any]] = [
+        {"foreign": json.dumps([[2, "shop", "items", "7", 20, 0]]), "floors": None},
+        {"foreign": None, "floors": json.dumps([["shop", "items", 30, -1, "shop", "goods"]])},
+    ]
+    for _ in range(2):  # the second time: the batch replayed after a crash
+        apply_foreign(paths, {}, summaries)
+        assert apply_deferred_floors(paths, {}, summaries) == 1
+        index = search.open_existing(tmp_path)
+        assert search.get(index, "shop/goods/7") is None and search.get(index, "shop/items/7") is None
+        assert search.get(index, "shop/goods/8") is not None and search.get(index, "shop/items/8") is None
+
+
 def test_a_pending_direct_index_reads_empty_until_its_first_batch_records_the_shards(tmp_path: Path) -> None:
     from spark_consumers.index.direct import shard_count
     from spark_consumers.index.shards import create_pending
