@@ -150,18 +150,23 @@ def prefix() -> str:
     return f"d{uuid.uuid4().hex[:10]}"
 
 
+def rename_ahead_of_its_watermark(up: Upstream) -> Upstream:
+    """Four inserts of ``orders`` (commit_ts 10-13), a watermark at 13, then the rename to
+    ``orders2`` at 20: it reaches _ddl before an update of key 1 at 15, which the watermark (13)
+    says may still come."""
+    for n in range(4):
+        up.change("orders", "insert", None, row_values(n), ts(10 + n))
+    up.resolved(ts(13))
+    up.rename("orders", "orders2", ts(20))
+    up.flush()
+    return up
+
+
 @pytest.mark.parametrize("mode", ["direct", "shuffle"])
 def test_a_rename_waits_for_an_older_change_of_the_old_name_still_on_its_way(
     spark: Any, kafka_bootstrap: str, prefix: str, mode: str, tmp_path: Path
 ) -> None:
-    up = Upstream(kafka_bootstrap, prefix)
-    for n in range(4):
-        up.change("orders", "insert", None, row_values(n), ts(10 + n))
-    up.resolved(ts(13))
-    # the rename (commit_ts 20) reaches _ddl before the update of key 1 (commit_ts 15) reaches its
-    # topic: the watermarks (13) say older changes may still come
-    up.rename("orders", "orders2", ts(20))
-    up.flush()
+    up = rename_ahead_of_its_watermark(Upstream(kafka_bootstrap, prefix))
     index_job(spark, kafka_bootstrap, prefix, tmp_path, mode)
     # the late update (committed before the rename, produced after it), then the sink's watermark
     updated = (*row_values(1)[:4], "sku-late-update", *row_values(1)[5:])
@@ -210,12 +215,7 @@ def test_a_held_back_rename_survives_a_sigkilled_driver(
 ) -> None:
     """The job as a user runs it: a batch holds the rename back, the driver is SIGKILLed, the
     late change and its watermark come, and the job restarted from its checkpoint ends equal."""
-    up = Upstream(kafka_bootstrap, prefix)
-    for n in range(4):
-        up.change("orders", "insert", None, row_values(n), ts(10 + n))
-    up.resolved(ts(13))
-    up.rename("orders", "orders2", ts(20))
-    up.flush()
+    up = rename_ahead_of_its_watermark(Upstream(kafka_bootstrap, prefix))
     first = job_process(kafka_bootstrap, f"{prefix}.*", tmp_path, "--trigger-interval", "1s")
     try:
         first.wait_for_line(r"^batch 0: 4 rows", timeout=START_GUARD)  # the rename held back
