@@ -133,7 +133,7 @@ class RedisSink(BatchingSink):
                 assert isinstance(event, ResolvedEvent)
                 delivery.complete_through(event.commit_ts)
             if delivery.due():
-                delivery.send()
+                delivery.send(wait=False)  # its replies are read by the next send or the flush
 
     def latched(self, failure: SinkError) -> None:
         self._reset()
@@ -161,6 +161,8 @@ class RedisSink(BatchingSink):
         )
 
     def close(self) -> None:
+        if self._delivery is not None:
+            self._delivery.abandon()  # a pipeline still unanswered: its connection is closed
         client, self.client = self.client, None
         if client is not None:
             try:
@@ -231,11 +233,11 @@ class RedisSink(BatchingSink):
                     plan.invalidator(row, keys)
                     if len(keys) >= limit:
                         self._invalidate(keys, event.commit_ts, plan)
-                        delivery.send()  # a large transaction: its position moves only at its end
+                        delivery.send(wait=False)  # a large transaction: its position moves only at its end
                 continue
             writer.change(Change(event, pos, row, plan))
             if delivery.size >= limit:
-                delivery.send()
+                delivery.send(wait=False)
         self._invalidate(keys, event.commit_ts, plan)
         writer.end_transaction(event)
         delivery.complete_through(event.commit_ts)
