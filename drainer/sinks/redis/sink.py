@@ -218,26 +218,30 @@ class RedisSink(BatchingSink):
         assert writer is not None
         limit = delivery.batch_commands
         plan: TablePlan | None = None
-        fast = False
         keys: list[str] = []  # invalidations of fast-path changes not yet queued (keeps their order)
-        for pos, row in enumerate(event.changes()):
+        changes = event.changes()
+        row = next(changes, None)
+        pos = 0  # the change's index in the transaction
+        while row is not None:
             if plan is None or row.table is not plan.schema:
                 self._invalidate(keys, event.commit_ts, plan)
                 plan = self._plan(row.table)
-                fast = plan.invalidate_only
             if not plan.rules:
                 self._warn_ignored(plan)
+            elif plan.invalidate_only:
+                # this change and the ones of the same table after it, in one call
+                row, handled = plan.invalidate_run(row, changes, keys, limit)
+                pos += handled
+                if len(keys) >= limit:
+                    self._invalidate(keys, event.commit_ts, plan)
+                    delivery.send(wait=False)  # a large transaction: its position moves only at its end
                 continue
-            if fast:
-                if row.kind != "update" or row.before != row.after:  # an equal update changes nothing
-                    plan.invalidator(row, keys)
-                    if len(keys) >= limit:
-                        self._invalidate(keys, event.commit_ts, plan)
-                        delivery.send(wait=False)  # a large transaction: its position moves only at its end
-                continue
-            writer.change(Change(event, pos, row, plan))
-            if delivery.size >= limit:
-                delivery.send(wait=False)
+            else:
+                writer.change(Change(event, pos, row, plan))
+                if delivery.size >= limit:
+                    delivery.send(wait=False)
+            pos += 1
+            row = next(changes, None)
         self._invalidate(keys, event.commit_ts, plan)
         writer.end_transaction(event)
         delivery.complete_through(event.commit_ts)
