@@ -176,34 +176,35 @@ def invalidation_run(rules: tuple[TableRule, ...], invalidate: Invalidator) -> R
 
     def one_column(first: RowChange, rest: Iterator[RowChange], keys: list[str], limit: int
                    ) -> tuple[RowChange | None, int]:  # fmt: skip
-        schema, handled, append = first.table, 0, keys.append
-        for row in itertools.chain((first,), rest):
+        schema, append, handled = first.table, keys.append, 0
+        for handled, row in enumerate(itertools.chain((first,), rest)):
             if row.table is not schema:
                 return row, handled
-            handled += 1
             before, after = row.before, row.after
             if before is None:
                 value = after[position]  # type: ignore[index]
+            elif after is None:
+                value = before[position]
             elif row.kind == "update" and before == after:
                 continue  # an equal update changes nothing
             else:
                 value = before[position]
-            if type(value) is str:
-                old = prefix + value + suffix
-            elif type(value) is int:
-                old = prefix + str(value) + suffix
+            kind = type(value)
+            if kind is int or kind is str:
+                old = f"{prefix}{value}{suffix}"
             else:
                 old = prefix + key_text(value, null) + suffix
             append(old)
             if before is not None and after is not None:
                 new_value = after[position]
-                if new_value != value or type(value) not in same_text:
+                if new_value != value or kind not in same_text:
                     new = prefix + key_text(new_value, null) + suffix
                     if new != old:
                         append(new)
             if len(keys) >= limit:
-                return next(rest, None), handled
-        return None, handled
+                return next(rest, None), handled + 1
+        else:
+            return None, handled + 1
 
     return one_column
 

@@ -26,12 +26,11 @@ from __future__ import annotations
 
 import collections
 import time
-from collections.abc import Iterable, Iterator
-from typing import NamedTuple
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, NamedTuple
 
 import redis
 from redis.cluster import RedisCluster
-from redis.connection import AbstractConnection
 from redis.crc import key_slot
 from redis.exceptions import RedisClusterException
 from redis.utils import HIREDIS_AVAILABLE
@@ -59,7 +58,7 @@ class Origin(NamedTuple):
 class _Sent(NamedTuple):
     """A standalone pipeline written to its connection whose replies are not read yet."""
 
-    connection: AbstractConnection
+    connection: Any  # a redis.connection.AbstractConnection of the client's pool
     commands: list[Command]
     origins: list[Origin]
     complete: int
@@ -68,15 +67,14 @@ class _Sent(NamedTuple):
     started: float
 
 
+_pack_command: Callable[[Any], bytes] | None = None
 if HIREDIS_AVAILABLE:
     import hiredis
 
     _pack_command = hiredis.pack_command
-else:  # pragma: no cover - hiredis is a dependency of the package
-    _pack_command = None
 
 
-def _packed(connection: AbstractConnection, commands: list[Command]) -> bytes:
+def _packed(connection: Any, commands: list[Command]) -> bytes:
     """The RESP bytes of ``commands``: hiredis's packer, which redis-py itself uses when hiredis is
     installed, called once per command without redis-py's per-argument Python pass (the sink's
     arguments are only str, bytes and int); redis-py's own packing otherwise and for anything else."""
@@ -104,6 +102,8 @@ class Delivery:
     ) -> None:
         self.client = client
         self.cluster = isinstance(client, RedisCluster)
+        # standalone: pipelines are written on this pool's connections directly
+        self._pool: Any = None if isinstance(client, RedisCluster) else client.connection_pool
         self.metrics = metrics
         self.delete_command = "UNLINK" if unlink else "DEL"
         self.batch_commands = batch_commands
@@ -229,7 +229,7 @@ class Delivery:
     ) -> _Sent:
         """Standalone: write the pipeline on a pooled connection (held until its replies are read)."""
         started = time.perf_counter()
-        pool = self.client.connection_pool
+        pool = self._pool
         try:
             connection = pool.get_connection()
         except (redis.RedisError, OSError) as exc:
@@ -265,7 +265,7 @@ class Delivery:
         finally:
             if not read:
                 connection.disconnect()  # replies left unread: the connection cannot be reused
-            self.client.connection_pool.release(connection)
+            self._pool.release(connection)
         self._check(replies, sent.commands, sent.origins, sent.complete, sent.keys, sent.messages,
                     sent.started)  # fmt: skip
 
@@ -274,7 +274,7 @@ class Delivery:
         sent, self._sent = self._sent, None
         if sent is not None:
             sent.connection.disconnect()
-            self.client.connection_pool.release(sent.connection)
+            self._pool.release(sent.connection)
 
     def discard(self) -> None:
         """Forget every queued command."""
