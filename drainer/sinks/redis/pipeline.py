@@ -118,6 +118,7 @@ class Delivery:
         self._run_origin = Origin(0, "", "")
         self._keys: collections.Counter[str] = collections.Counter()  # keys by mode, counted on success
         self._messages: collections.Counter[str] = collections.Counter()
+        self._invalidated = 0  # keys queued by invalidate(), counted in _keys at send
         self._sent: _Sent | None = None  # standalone: the pipeline whose replies are still to read
 
     # -- queueing -------------------------------------------------------------
@@ -134,6 +135,19 @@ class Delivery:
         added = len(run) - before
         self.size += added
         self._keys[origin.mode] += added
+
+    def invalidate(self, keys: list[str], commit_ts: int, table: str) -> None:
+        """:meth:`delete` of ``keys`` for the ``invalidate`` mode of ``table`` (the fast path: the
+        origin is built only when a new run of deletions starts)."""
+        run = self._run
+        if not run:
+            if not self.size:
+                self._since = time.monotonic()
+            self._run_origin = Origin(commit_ts, table, "invalidate")
+        run += keys
+        added = len(keys)
+        self.size += added
+        self._invalidated += added
 
     def add(self, command: Command, origin: Origin, keys: int = 0, messages: int = 0) -> None:
         """Queue one command; ``keys``/``messages``: what it counts as in the metrics."""
@@ -187,6 +201,8 @@ class Delivery:
         commands, origins = self._commands, self._origins
         complete = self.complete
         keys, messages = self._keys, self._messages
+        if self._invalidated:
+            keys["invalidate"] += self._invalidated
         self.discard()
         self.collect()
         if not commands:
@@ -280,6 +296,7 @@ class Delivery:
         """Forget every queued command."""
         self._commands, self._origins, self._run = [], [], []
         self._keys, self._messages = collections.Counter(), collections.Counter()
+        self._invalidated = 0
         self.size = 0
 
     def reset(self) -> None:

@@ -76,6 +76,7 @@ class RedisSink(BatchingSink):
         self._tables: dict[tuple[str, str], row_pb2.TableSchema] = {}  # known tables, casefolded names
         self._ignored: set[str] = set()  # tables whose changes no rule matches, warned about once
         self._mirrored = -1
+        self._last_plan: TablePlan | None = None  # the plan of the last change written
 
     # -- contract -------------------------------------------------------------------
 
@@ -93,6 +94,7 @@ class RedisSink(BatchingSink):
 
     def open(self, context: SinkContext) -> None:
         super().open(context)
+        self._last_plan = None
         self._plans.clear()
         self._tables.clear()
         for schema in context.tables:
@@ -217,7 +219,7 @@ class RedisSink(BatchingSink):
         delivery, writer = self.delivery, self._writer
         assert writer is not None
         limit = delivery.batch_commands
-        plan: TablePlan | None = None
+        plan: TablePlan | None = self._last_plan
         keys: list[str] = []  # invalidations of fast-path changes not yet queued (keeps their order)
         changes = event.changes()
         row = next(changes, None)
@@ -225,7 +227,7 @@ class RedisSink(BatchingSink):
         while row is not None:
             if plan is None or row.table is not plan.schema:
                 self._invalidate(keys, event.commit_ts, plan)
-                plan = self._plan(row.table)
+                plan = self._last_plan = self._plan(row.table)
             if not plan.rules:
                 self._warn_ignored(plan)
             elif plan.invalidate_only:
@@ -262,7 +264,7 @@ class RedisSink(BatchingSink):
     def _invalidate(self, keys: list[str], commit_ts: int, plan: TablePlan | None) -> None:
         """Queue the fast path's gathered invalidations, and empty ``keys``."""
         if keys and plan is not None:
-            self.delivery.delete(keys, Origin(commit_ts, plan.name, "invalidate"))
+            self.delivery.invalidate(keys, commit_ts, plan.name)
             keys.clear()
 
     def _write_ddl(self, event: DDLEvent) -> None:
