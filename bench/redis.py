@@ -23,7 +23,9 @@ pipeline of UNLINK commands of ``del-batch-keys`` keys each, executed every
 run of each is reported. ``per_key_pipeline`` is a third, informational
 figure: the same client sending one ``DEL`` per key, ``batch-commands``
 commands per pipeline (what "pipelined DEL" usually means); the sink merges
-keys, so it is not the bound.
+keys, so it is not the bound. ``cpu_us_per_key``: this process's CPU
+(``time.process_time``) per key in each run's timed window, by side — the
+sink's includes redis-py under it; Redis's own CPU is in neither.
 """
 
 from __future__ import annotations
@@ -102,8 +104,9 @@ def left(client: redis.Redis, prefix: str) -> int:
 
 
 def measure_sink(args: argparse.Namespace, txns: Sequence[TxnEvent], prefix: str, keys: Sequence[str],
-                 client: redis.Redis, data_dir: Path) -> float:  # fmt: skip
-    """Keys/s of the redis sink from the first write to the flush that returns the last commit_ts."""
+                 client: redis.Redis, data_dir: Path) -> tuple[float, float]:  # fmt: skip
+    """Keys/s of the redis sink from the first write to the flush that returns the last commit_ts, and
+    the CPU µs per key this process spent meanwhile (the sink and redis-py under it)."""
     from drainer.sinks.redis import RedisSink
 
     sink = RedisSink({"url": args.url, "rules": [{"keys": [f"{prefix}{{db}}:{{table}}:{{pk}}"]}]}, data_dir)
@@ -112,12 +115,12 @@ def measure_sink(args: argparse.Namespace, txns: Sequence[TxnEvent], prefix: str
     try:
         last = txns[-1].commit_ts
         step = args.events_per_write
-        began = time.perf_counter()
+        began, cpu = time.perf_counter(), time.process_time()
         for i in range(0, len(txns), step):
             events: list[Event] = list(txns[i : i + step])
             sink.write(events)
         position = sink.flush()
-        elapsed = time.perf_counter() - began
+        elapsed, cpu = time.perf_counter() - began, time.process_time() - cpu
     finally:
         sink.close()
     if position != last:
@@ -126,25 +129,32 @@ def measure_sink(args: argparse.Namespace, txns: Sequence[TxnEvent], prefix: str
         raise RuntimeError("redis sink: keys survived the invalidation")
     rate = len(keys) / elapsed
     progress(f"redis sink: {len(keys):,} keys in {elapsed:.2f}s = {rate:,.0f} keys/s")
-    return rate
+    return rate, cpu * 1e6 / len(keys)
 
 
-def measure_bare(keys: Sequence[str], prefix: str, client: redis.Redis, what: str,
-                 queue: Callable[[Any, Sequence[str]], None], batch_commands: int) -> float:  # fmt: skip
+def measure_bare(
+    keys: Sequence[str],
+    prefix: str,
+    client: redis.Redis,
+    what: str,
+    queue: Callable[[Any, Sequence[str]], None],
+    batch_commands: int,
+) -> tuple[float, float]:
     """Keys/s of a bare client deleting ``keys``: ``queue(pipeline, batch)`` puts the commands of each
-    ``batch_commands`` keys in a non-transactional pipeline, executed once per batch."""
+    ``batch_commands`` keys in a non-transactional pipeline, executed once per batch; and the CPU µs
+    per key this process spent meanwhile."""
     fill(client, keys)
-    began = time.perf_counter()
+    began, cpu = time.perf_counter(), time.process_time()
     for start in range(0, len(keys), batch_commands):
         pipe = client.pipeline(transaction=False)
         queue(pipe, keys[start : start + batch_commands])
         pipe.execute()
-    elapsed = time.perf_counter() - began
+    elapsed, cpu = time.perf_counter() - began, time.process_time() - cpu
     if left(client, prefix):
         raise RuntimeError(f"{what}: keys survived")
     rate = len(keys) / elapsed
     progress(f"{what}: {len(keys):,} keys in {elapsed:.2f}s = {rate:,.0f} keys/s")
-    return rate
+    return rate, cpu * 1e6 / len(keys)
 
 
 def unlink_in_chunks(chunk: int) -> Callable[[Any, Sequence[str]], None]:
@@ -181,15 +191,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     client = redis.Redis.from_url(args.url)
     unlink, batch = unlink_in_chunks(defaults.del_batch_keys), defaults.batch_commands
     values, ceilings = [], []
+    cpu: dict[str, list[float]] = {"sink": [], "bare_client": []}
     try:
         with tempfile.TemporaryDirectory(prefix="bench-redis-") as name:
             for _ in range(args.repeat):
-                ceilings.append(measure_bare(keys, prefix, client, "bare client", unlink, batch))
-                values.append(measure_sink(args, txns, prefix, keys, client, Path(name)))
-            per_key = measure_bare(keys, prefix, client, "bare client, one DEL per key", del_each, batch)
+                rate, used = measure_bare(keys, prefix, client, "bare client", unlink, batch)
+                ceilings.append(rate)
+                cpu["bare_client"].append(round(used, 3))
+                rate, used = measure_sink(args, txns, prefix, keys, client, Path(name))
+                values.append(rate)
+                cpu["sink"].append(round(used, 3))
+            per_key, _ = measure_bare(keys, prefix, client, "bare client, one DEL per key", del_each, batch)
     finally:
         client.close()
-    return result(args, values, ceilings, per_key, defaults)
+    return {**result(args, values, ceilings, per_key, defaults), "cpu_us_per_key": cpu}
 
 
 def result(

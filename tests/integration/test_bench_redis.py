@@ -26,10 +26,12 @@ def test_bench_redis_prints_json_on_its_last_line(redis_url: str) -> None:
         "params",
         "load_avg",
         "per_key_pipeline",
+        "cpu_us_per_key",
     ):
         assert key in figures, key
     assert figures["name"] == "redis" and figures["unit"] == "keys/s"
     assert figures["value"] > 0 and figures["ceiling"] > 0 and figures["per_key_pipeline"] > 0
     assert figures["ratio"] == pytest.approx(figures["value"] / figures["ceiling"], rel=1e-3)
+    assert all(len(figures["cpu_us_per_key"][side]) == 1 for side in ("sink", "bare_client"))
     assert figures["params"]["rows"] == 3000 and figures["params"]["unlink"] is True
     assert "redis sink: 3,000 keys" in result.stderr and "bare client: 3,000 keys" in result.stderr

@@ -323,6 +323,37 @@ def test_a_refused_command_names_table_and_commit_ts_and_stops(harness: Harness)
         harness.sink.flush()
 
 
+def test_a_pipeline_sent_while_writing_moves_the_position_only_once_redis_answered(
+    harness: Harness,
+) -> None:
+    """A pipeline ``write`` sends is answered later (the next pipeline or the flush reads its
+    replies): until then the position stays below it, even across a resolved event."""
+    p, users = harness.prefix, harness.users
+    sink = harness.open(user_rules(p), settings={"batch-commands": 2})
+    harness.seed(*(f"{p}:user:{i}" for i in range(1, 5)))
+    first, resolved = next_ts(), next_ts()
+    sink.write(
+        [txn(first, [delete(users, 1, None, ""), delete(users, 2, None, "")]), ResolvedEvent(resolved)]
+    )
+    assert sink.delivery.durable == 1  # sent during the write, replies not read: nothing acknowledged
+    assert sink.flush() == resolved
+    assert harness.keys() == {f"{p}:user:3", f"{p}:user:4"}
+
+
+def test_a_refused_reply_read_after_the_write_names_its_own_transaction(harness: Harness) -> None:
+    """The refusal of a pipeline sent during a write surfaces when its replies are read (here by the
+    next pipeline) and names the transaction it came from; the position stays below it."""
+    p, users = harness.prefix, harness.users
+    sink = harness.open(
+        [{"db": p, "table": "users", "modes": ["stream"], "stream": f"{p}:s"}], settings={"batch-commands": 1}
+    )
+    harness.client.set(f"{p}:s", "a string, not a stream")
+    first, second = next_ts(), next_ts()
+    with pytest.raises(SinkApplyError, match=rf"commit_ts {first}: table {p}.users: Redis refused XADD"):
+        sink.write([txn(first, [insert(users, 1, None, None)]), txn(second, [insert(users, 2, None, None)])])
+    assert sink.delivery.durable == 1
+
+
 def test_checkpoint_mirror_follows_the_durable_position(harness: Harness) -> None:
     p, users = harness.prefix, harness.users
     harness.open(user_rules(p), settings={"checkpoint-key": f"{p}:checkpoint"})

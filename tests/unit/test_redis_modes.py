@@ -10,7 +10,7 @@ import pytest
 from bridge.proto import row_pb2
 from bridge.sink.events import RowChange
 from drainer.sinks.redis.config import load_config
-from drainer.sinks.redis.modes import invalidation_keys, invalidator
+from drainer.sinks.redis.modes import invalidation_keys, invalidation_run, invalidator
 from drainer.sinks.redis.rules import Rules, TableRule
 
 T = row_pb2.ColumnType
@@ -64,3 +64,44 @@ def test_before_and_after_keys() -> None:
     assert invalidation_keys(weights, null_to_value) == ["w:-0.0", "w:0.0"]  # equal floats, other text
     prices = plan("p:{p}")
     assert invalidation_keys(prices, ROWS[5]) == ["p:1.0", "p:1.00"]
+
+
+@pytest.mark.parametrize(
+    "templates",
+    [("k:{id}",), ("e:{email}",), ("w:{w}",), ("p:{p}",), ("k:{id}", "e:{email}"), ("{id}:{email}",)],
+)
+def test_a_run_gives_what_the_general_path_gives_change_by_change(templates: tuple[str, ...]) -> None:
+    """A run of one table's changes: the keys of each change in order, nothing for an update
+    whose images are equal, and it stops at the first change of another table."""
+    rules = plan(*templates)
+    table, other = row_pb2.TableSchema(table="t"), row_pb2.TableSchema(table="u")
+    same = RowChange("update", table, (3, "s@x", 1.5, None), (3, "s@x", 1.5, None))
+    rows = [RowChange(r.kind, table, r.before, r.after) for r in ROWS] + [same]
+    changed = [row for row in rows if row.kind != "update" or row.before != row.after]
+    assert same not in changed and len(changed) < len(rows)
+    expected = [key for row in changed for key in invalidation_keys(rules, row)]
+    stranger = RowChange("delete", other, (9, "z@x", 0.0, None), None)
+    rest = iter([*rows[1:], stranger, rows[0]])
+    keys: list[str] = []
+    stopped, handled = invalidation_run(rules, invalidator(rules))(rows[0], rest, keys, 10_000)
+    assert (keys, stopped, handled) == (expected, stranger, len(rows))
+    assert next(rest) is rows[0]
+
+
+@pytest.mark.parametrize("templates", [("k:{id}",), ("k:{id}", "e:{email}")])
+def test_a_run_stops_once_it_holds_the_limit(templates: tuple[str, ...]) -> None:
+    """At ``limit`` keys the run returns the next change unhandled; the caller goes on from it."""
+    rules = plan(*templates)
+    table = row_pb2.TableSchema(table="t")
+    rows = [RowChange("delete", table, (n, f"{n}@x", 0.0, None), None) for n in range(10)]
+    run = invalidation_run(rules, invalidator(rules))
+    rest = iter(rows[1:])
+    keys: list[str] = []
+    stopped, handled = run(rows[0], rest, keys, 3)
+    assert stopped is rows[handled] and len(keys) >= 3 and handled < len(rows)
+    total = handled
+    while stopped is not None:
+        stopped, handled = run(stopped, rest, keys, 10_000)
+        total += handled
+    assert total == len(rows)
+    assert keys == [key for row in rows for key in invalidation_keys(rules, row)]

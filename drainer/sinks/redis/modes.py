@@ -26,8 +26,9 @@ again, and (commit_ts, pos) identifies it (docs/redis-sink.md, "Duplicates").
 
 from __future__ import annotations
 
+import itertools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +42,8 @@ TXN_PART_CHANGES = 1000
 
 
 Invalidator = Callable[[RowChange, list[str]], None]
+# (first row, the transaction's rows after it, keys, limit) -> (the next row not handled, rows handled)
+Runner = Callable[[RowChange, Iterator[RowChange], list[str], int], tuple[RowChange | None, int]]
 
 
 @dataclass(frozen=True)
@@ -55,11 +58,13 @@ class TablePlan:
     # every rule only invalidates: the changes take the invalidator's fast path
     invalidate_only: bool = field(init=False, compare=False)
     invalidator: Invalidator = field(init=False, repr=False, compare=False)
+    invalidate_run: Runner = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         only = all(rule.rule.config.modes == ["invalidate"] for rule in self.rules)
         object.__setattr__(self, "invalidate_only", only)
         object.__setattr__(self, "invalidator", invalidator(self.rules))
+        object.__setattr__(self, "invalidate_run", invalidation_run(self.rules, self.invalidator))
 
 
 @dataclass
@@ -138,6 +143,68 @@ def invalidator(rules: tuple[TableRule, ...]) -> Invalidator:
                 new = prefix + key_text(new_value, null) + suffix
                 if new != old:
                     keys.append(new)
+
+    return one_column
+
+
+def invalidation_run(rules: tuple[TableRule, ...], invalidate: Invalidator) -> Runner:
+    """The keys of a run of consecutive changes of one table, in one call: ``run(first, rest, keys,
+    limit)`` appends to ``keys`` what ``invalidate`` would for ``first`` and each following change of
+    the same table (an update whose after image equals its before image adds nothing), stopping at
+    the first change of another table or once ``keys`` holds ``limit`` keys; it returns the next
+    change not handled (None at the end) and how many it handled. For one template of one column,
+    the loop renders inline (no call per change)."""
+    if len(rules) != 1 or len(rules[0].keys) != 1 or len(rules[0].keys[0].positions) != 1:
+
+        def each(first: RowChange, rest: Iterator[RowChange], keys: list[str], limit: int
+                 ) -> tuple[RowChange | None, int]:  # fmt: skip
+            schema, handled = first.table, 0
+            for row in itertools.chain((first,), rest):
+                if row.table is not schema:
+                    return row, handled
+                handled += 1
+                if row.kind != "update" or row.before != row.after:
+                    invalidate(row, keys)
+                    if len(keys) >= limit:
+                        return next(rest, None), handled
+            return None, handled
+
+        return each
+    renderer = rules[0].keys[0]
+    (position,), (prefix, suffix), null = renderer.positions, renderer.literals, renderer.null_token
+    same_text = _SAME_TEXT_WHEN_EQUAL
+
+    def one_column(first: RowChange, rest: Iterator[RowChange], keys: list[str], limit: int
+                   ) -> tuple[RowChange | None, int]:  # fmt: skip
+        schema, append, handled = first.table, keys.append, 0
+        for handled, row in enumerate(itertools.chain((first,), rest)):
+            if row.table is not schema:
+                return row, handled
+            before, after = row.before, row.after
+            if before is None:
+                value = after[position]  # type: ignore[index]
+            elif after is None:
+                value = before[position]
+            elif row.kind == "update" and before == after:
+                continue  # an equal update changes nothing
+            else:
+                value = before[position]
+            kind = type(value)
+            if kind is int or kind is str:
+                old = f"{prefix}{value}{suffix}"
+            else:
+                old = prefix + key_text(value, null) + suffix
+            append(old)
+            if before is not None and after is not None:
+                new_value = after[position]
+                if new_value != value or kind not in same_text:
+                    new = prefix + key_text(new_value, null) + suffix
+                    if new != old:
+                        append(new)
+            if len(keys) >= limit:
+                return next(rest, None), handled + 1
+        else:
+            return None, handled + 1
 
     return one_column
 

@@ -26,13 +26,14 @@ from __future__ import annotations
 
 import collections
 import time
-from collections.abc import Iterable, Iterator
-from typing import NamedTuple
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, NamedTuple
 
 import redis
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 from redis.exceptions import RedisClusterException
+from redis.utils import HIREDIS_AVAILABLE
 
 from bridge.sink.errors import SinkApplyError, SinkError, SinkUnavailable
 from drainer.sinks.redis.client import Client
@@ -54,6 +55,37 @@ class Origin(NamedTuple):
     mode: str
 
 
+class _Sent(NamedTuple):
+    """A standalone pipeline written to its connection whose replies are not read yet."""
+
+    connection: Any  # a redis.connection.AbstractConnection of the client's pool
+    commands: list[Command]
+    origins: list[Origin]
+    complete: int
+    keys: collections.Counter[str]
+    messages: collections.Counter[str]
+    started: float
+
+
+_pack_command: Callable[[Any], bytes] | None = None
+if HIREDIS_AVAILABLE:
+    import hiredis
+
+    _pack_command = hiredis.pack_command
+
+
+def _packed(connection: Any, commands: list[Command]) -> bytes:
+    """The RESP bytes of ``commands``: hiredis's packer, which redis-py itself uses when hiredis is
+    installed, called once per command without redis-py's per-argument Python pass (the sink's
+    arguments are only str, bytes and int); redis-py's own packing otherwise and for anything else."""
+    if _pack_command is not None:
+        try:
+            return b"".join(map(_pack_command, commands))
+        except TypeError:
+            pass  # redis-py's packer raises its DataError for it
+    return b"".join(connection.pack_commands(commands))
+
+
 class Delivery:
     """See the module docstring. Used from the sink's thread only."""
 
@@ -70,6 +102,8 @@ class Delivery:
     ) -> None:
         self.client = client
         self.cluster = isinstance(client, RedisCluster)
+        # standalone: pipelines are written on this pool's connections directly
+        self._pool: Any = None if isinstance(client, RedisCluster) else client.connection_pool
         self.metrics = metrics
         self.delete_command = "UNLINK" if unlink else "DEL"
         self.batch_commands = batch_commands
@@ -84,6 +118,8 @@ class Delivery:
         self._run_origin = Origin(0, "", "")
         self._keys: collections.Counter[str] = collections.Counter()  # keys by mode, counted on success
         self._messages: collections.Counter[str] = collections.Counter()
+        self._invalidated = 0  # keys queued by invalidate(), counted in _keys at send
+        self._sent: _Sent | None = None  # standalone: the pipeline whose replies are still to read
 
     # -- queueing -------------------------------------------------------------
 
@@ -99,6 +135,19 @@ class Delivery:
         added = len(run) - before
         self.size += added
         self._keys[origin.mode] += added
+
+    def invalidate(self, keys: list[str], commit_ts: int, table: str) -> None:
+        """:meth:`delete` of ``keys`` for the ``invalidate`` mode of ``table`` (the fast path: the
+        origin is built only when a new run of deletions starts)."""
+        run = self._run
+        if not run:
+            if not self.size:
+                self._since = time.monotonic()
+            self._run_origin = Origin(commit_ts, table, "invalidate")
+        run += keys
+        added = len(keys)
+        self.size += added
+        self._invalidated += added
 
     def add(self, command: Command, origin: Origin, keys: int = 0, messages: int = 0) -> None:
         """Queue one command; ``keys``/``messages``: what it counts as in the metrics."""
@@ -117,7 +166,7 @@ class Delivery:
     def complete_through(self, commit_ts: int) -> None:
         """Every command of the events up to ``commit_ts`` is queued (or sent)."""
         self.complete = commit_ts
-        if not self.size:
+        if not self.size and self._sent is None:
             self.durable = max(self.durable, commit_ts)
 
     def due(self) -> bool:
@@ -141,19 +190,43 @@ class Delivery:
 
     # -- sending -----------------------------------------------------------------
 
-    def send(self) -> None:
-        """Send what waits as one pipeline; ``durable`` moves once every reply is a success."""
+    def send(self, wait: bool = True) -> None:
+        """Send what waits as one pipeline; ``durable`` moves once every reply is a success.
+
+        Standalone, with ``wait=False``, the replies are read only by the next :meth:`send` or
+        :meth:`collect` (before anything else is sent), so the caller prepares the next pipeline
+        while Redis executes this one; ``durable`` moves only when they are read."""
         if self._run:
             self._close_run()
         commands, origins = self._commands, self._origins
         complete = self.complete
         keys, messages = self._keys, self._messages
+        if self._invalidated:
+            keys["invalidate"] += self._invalidated
         self.discard()
+        self.collect()
         if not commands:
             self.durable = max(self.durable, complete)
             return
+        if not self.cluster:
+            self._sent = self._write(commands, origins, complete, keys, messages)
+            if wait:
+                self.collect()
+            return
         started = time.perf_counter()
         replies = self._execute(commands, origins)
+        self._check(replies, commands, origins, complete, keys, messages, started)
+
+    def _check(
+        self,
+        replies: list[object],
+        commands: list[Command],
+        origins: list[Origin],
+        complete: int,
+        keys: collections.Counter[str],
+        messages: collections.Counter[str],
+        started: float,
+    ) -> None:
         self.metrics.pipeline_seconds.observe(time.perf_counter() - started)
         self.metrics.pipeline_commands.observe(len(commands))
         for reply, origin, command in zip(replies, origins, commands, strict=True):
@@ -162,14 +235,73 @@ class Delivery:
         self.durable = max(self.durable, complete)
         self._count(commands, keys, messages)
 
+    def _write(
+        self,
+        commands: list[Command],
+        origins: list[Origin],
+        complete: int,
+        keys: collections.Counter[str],
+        messages: collections.Counter[str],
+    ) -> _Sent:
+        """Standalone: write the pipeline on a pooled connection (held until its replies are read)."""
+        started = time.perf_counter()
+        pool = self._pool
+        try:
+            connection = pool.get_connection()
+        except (redis.RedisError, OSError) as exc:
+            raise self.failure(exc, _describe(origins)) from exc
+        try:
+            connection.send_packed_command([_packed(connection, commands)])
+        except BaseException as exc:
+            connection.disconnect()
+            pool.release(connection)
+            if isinstance(exc, redis.RedisError | OSError):
+                raise self.failure(exc, _describe(origins)) from exc
+            raise
+        return _Sent(connection, commands, origins, complete, keys, messages, started)
+
+    def collect(self) -> None:
+        """Read the replies of the pipeline sent without waiting, if any: ``durable`` moves when they
+        are all successes; a failure raises as :meth:`send` does."""
+        sent, self._sent = self._sent, None
+        if sent is None:
+            return
+        connection = sent.connection
+        replies: list[object] = []
+        read = False
+        try:
+            for _ in sent.commands:
+                try:
+                    replies.append(connection.read_response())
+                except redis.ResponseError as exc:
+                    replies.append(exc)
+            read = True
+        except (redis.RedisError, OSError) as exc:
+            raise self.failure(exc, _describe(sent.origins)) from exc
+        finally:
+            if not read:
+                connection.disconnect()  # replies left unread: the connection cannot be reused
+            self._pool.release(connection)
+        self._check(replies, sent.commands, sent.origins, sent.complete, sent.keys, sent.messages,
+                    sent.started)  # fmt: skip
+
+    def abandon(self) -> None:
+        """Drop the pipeline sent without waiting (its replies unread): its connection is closed."""
+        sent, self._sent = self._sent, None
+        if sent is not None:
+            sent.connection.disconnect()
+            self._pool.release(sent.connection)
+
     def discard(self) -> None:
         """Forget every queued command."""
         self._commands, self._origins, self._run = [], [], []
         self._keys, self._messages = collections.Counter(), collections.Counter()
+        self._invalidated = 0
         self.size = 0
 
     def reset(self) -> None:
         """After a failure: nothing waits, and nothing past ``durable`` counts as queued."""
+        self.abandon()
         self.discard()
         self.complete = self.durable
 

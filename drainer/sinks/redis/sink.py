@@ -76,6 +76,7 @@ class RedisSink(BatchingSink):
         self._tables: dict[tuple[str, str], row_pb2.TableSchema] = {}  # known tables, casefolded names
         self._ignored: set[str] = set()  # tables whose changes no rule matches, warned about once
         self._mirrored = -1
+        self._last_plan: TablePlan | None = None  # the plan of the last change written
 
     # -- contract -------------------------------------------------------------------
 
@@ -93,6 +94,7 @@ class RedisSink(BatchingSink):
 
     def open(self, context: SinkContext) -> None:
         super().open(context)
+        self._last_plan = None
         self._plans.clear()
         self._tables.clear()
         for schema in context.tables:
@@ -133,7 +135,7 @@ class RedisSink(BatchingSink):
                 assert isinstance(event, ResolvedEvent)
                 delivery.complete_through(event.commit_ts)
             if delivery.due():
-                delivery.send()
+                delivery.send(wait=False)  # its replies are read by the next send or the flush
 
     def latched(self, failure: SinkError) -> None:
         self._reset()
@@ -161,6 +163,8 @@ class RedisSink(BatchingSink):
         )
 
     def close(self) -> None:
+        if self._delivery is not None:
+            self._delivery.abandon()  # a pipeline still unanswered: its connection is closed
         client, self.client = self.client, None
         if client is not None:
             try:
@@ -215,27 +219,31 @@ class RedisSink(BatchingSink):
         delivery, writer = self.delivery, self._writer
         assert writer is not None
         limit = delivery.batch_commands
-        plan: TablePlan | None = None
-        fast = False
+        plan: TablePlan | None = self._last_plan
         keys: list[str] = []  # invalidations of fast-path changes not yet queued (keeps their order)
-        for pos, row in enumerate(event.changes()):
+        changes = event.changes()
+        row = next(changes, None)
+        pos = 0  # the change's index in the transaction
+        while row is not None:
             if plan is None or row.table is not plan.schema:
                 self._invalidate(keys, event.commit_ts, plan)
-                plan = self._plan(row.table)
-                fast = plan.invalidate_only
+                plan = self._last_plan = self._plan(row.table)
             if not plan.rules:
                 self._warn_ignored(plan)
+            elif plan.invalidate_only:
+                # this change and the ones of the same table after it, in one call
+                row, handled = plan.invalidate_run(row, changes, keys, limit)
+                pos += handled
+                if len(keys) >= limit:
+                    self._invalidate(keys, event.commit_ts, plan)
+                    delivery.send(wait=False)  # a large transaction: its position moves only at its end
                 continue
-            if fast:
-                if row.kind != "update" or row.before != row.after:  # an equal update changes nothing
-                    plan.invalidator(row, keys)
-                    if len(keys) >= limit:
-                        self._invalidate(keys, event.commit_ts, plan)
-                        delivery.send()  # a large transaction: its position moves only at its end
-                continue
-            writer.change(Change(event, pos, row, plan))
-            if delivery.size >= limit:
-                delivery.send()
+            else:
+                writer.change(Change(event, pos, row, plan))
+                if delivery.size >= limit:
+                    delivery.send(wait=False)
+            pos += 1
+            row = next(changes, None)
         self._invalidate(keys, event.commit_ts, plan)
         writer.end_transaction(event)
         delivery.complete_through(event.commit_ts)
@@ -256,7 +264,7 @@ class RedisSink(BatchingSink):
     def _invalidate(self, keys: list[str], commit_ts: int, plan: TablePlan | None) -> None:
         """Queue the fast path's gathered invalidations, and empty ``keys``."""
         if keys and plan is not None:
-            self.delivery.delete(keys, Origin(commit_ts, plan.name, "invalidate"))
+            self.delivery.invalidate(keys, commit_ts, plan.name)
             keys.clear()
 
     def _write_ddl(self, event: DDLEvent) -> None:
