@@ -44,7 +44,6 @@ from typing import Any
 
 from bench.cpu import Budget
 from bench.pump import TsoBatcher
-from bridge import mysql
 from bridge.binlog import (
     Binlog,
     BinlogType,
@@ -54,7 +53,6 @@ from bridge.binlog import (
     iter_changes,
     prewrite,
 )
-from bridge.dsn import Dsn
 from bridge.grpcutil import aio_channel
 from bridge.meta.client import MetaClient
 from bridge.proto import binlog_pb2, pump_pb2, pump_pb2_grpc, row_pb2
@@ -304,18 +302,6 @@ def peak_rss_mib(pid: int) -> float | None:
         if line.startswith("VmHWM:"):
             return round(int(line.split()[1]) / 1024, 1)
     return None
-
-
-def server_status(dsn: Dsn, names: tuple[str, ...]) -> float:
-    """The sum of the server's global status counters ``names``."""
-    conn = mysql.connect(dsn, autocommit=True)
-    try:
-        with conn.cursor() as cursor:
-            marks = ", ".join(["%s"] * len(names))
-            cursor.execute(f"SHOW GLOBAL STATUS WHERE Variable_name IN ({marks})", names)
-            return float(sum(int(value) for _, value in cursor.fetchall()))
-    finally:
-        conn.close()
 
 
 def mysql_sink_faults(status_addr: str) -> dict[str, int]:

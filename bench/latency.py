@@ -69,13 +69,13 @@ from confluent_kafka.cimpl import NewTopic
 from prometheus_client import REGISTRY
 
 from bench import latency_sweep
+from bench.calls import server_status
 from bench.cpu import Budget, listener_pid, scrape
 from bench.drainer import (
     DRAINER_READY,
     PUMPS,
     drainer_toml,
     mysql_sink_faults,
-    server_status,
     spawn,
     start_cluster,
     table_schema,

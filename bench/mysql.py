@@ -57,7 +57,8 @@ import pymysql
 from pymysql.constants import CLIENT
 
 from bench import mysql_workload as workload
-from bench.cpu import Counters, CpuMeter, cpu_seconds, listener_pid, scrape
+from bench.calls import drainer_counters
+from bench.cpu import Counters, CpuMeter, cpu_seconds, listener_pid
 from bench.drainer import (
     DRAINER_READY,
     PUMPS,
@@ -66,7 +67,6 @@ from bench.drainer import (
     mysql_sink_faults,
     peak_rss_mib,
     row_values,
-    server_status,
     spawn,
     start_cluster,
     table_schema,
@@ -272,27 +272,6 @@ async def measure_drainer(
     progress(f"drainer phase, CPU us per row change: {cpu.per_row_us(args.rows)}")
     progress(f"drainer phase, deadlocks, worker retries, peak RSS: {faults}")
     return rate, elapsed, cpu, faults
-
-
-def drainer_counters(status_addr: str, dsn: Dsn) -> dict[str, Any]:
-    """The calls behind the drainer's rows: messages it pulled from the pumps, the sink's
-    statements and COMMITs (its metrics, worker processes included), and the server's statements
-    and fsyncs (global status: every client's, none but ours during the run)."""
-    url = f"http://{status_addr}/metrics"
-
-    def metric(name: str) -> Any:
-        return lambda: scrape(url, [name]).get(name)
-
-    def status(*names: str) -> Any:
-        return lambda: server_status(dsn, names)
-
-    return {
-        "drainer_pulled_messages": metric("bridge_drainer_pulled_messages_total"),
-        "sink_statements": metric("bridge_sink_mysql_statement_seconds_count"),
-        "sink_commits": metric("bridge_sink_mysql_commit_seconds_count"),
-        "server_statements (server-wide)": status("Questions"),
-        "server_fsyncs (server-wide)": status("Innodb_data_fsyncs", "Innodb_os_log_fsyncs"),
-    }
 
 
 def verify(dsn: Dsn, schema: row_pb2.TableSchema, model: Model, table: str = "") -> dict[str, Any]:
