@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.cpu import scrape
+from bench.cpu import scraped
 from bridge import mysql
 from bridge.dsn import Dsn
 
@@ -29,16 +29,13 @@ def drainer_counters(status_addr: str, dsn: Dsn) -> dict[str, Any]:
     and fsyncs (global status: every client's, none but ours during the run)."""
     url = f"http://{status_addr}/metrics"
 
-    def metric(name: str) -> Any:
-        return lambda: scrape(url, [name]).get(name)
-
     def status(*names: str) -> Any:
         return lambda: server_status(dsn, names)
 
     return {
-        "drainer_pulled_messages": metric("bridge_drainer_pulled_messages_total"),
-        "sink_statements": metric("bridge_sink_mysql_statement_seconds_count"),
-        "sink_commits": metric("bridge_sink_mysql_commit_seconds_count"),
+        "drainer_pulled_messages": scraped("bridge_drainer_pulled_messages_total", url),
+        "sink_statements": scraped("bridge_sink_mysql_statement_seconds_count", url),
+        "sink_commits": scraped("bridge_sink_mysql_commit_seconds_count", url),
         "server_statements (server-wide)": status("Questions"),
         "server_fsyncs (server-wide)": status("Innodb_data_fsyncs", "Innodb_os_log_fsyncs"),
     }

@@ -48,7 +48,7 @@ from typing import Any
 import pymysql
 from pymysqlreplication import BinLogStreamReader  # type: ignore[import-untyped]
 
-from bench.cpu import Counters, CpuMeter, scrape
+from bench.cpu import Counters, CpuMeter, scraped
 from bench.drainer import start_cluster
 from bridge import mysql
 from bridge.apps.capture.shadow import shadow_name
@@ -195,18 +195,14 @@ def run_capture(
 def call_counters(port: int, pump_statuses: Sequence[str]) -> dict[str, Any]:
     """The capture's transactions and the SDK calls it made for them (its ``/metrics``), and the
     pumps' write calls and fsyncs (theirs)."""
-
-    def metric(urls: Sequence[str], name: str) -> Any:
-        return lambda: sum(scrape(url, [name]).get(name, 0.0) for url in urls)
-
-    capture = [f"http://127.0.0.1:{port}/metrics"]
+    capture = f"http://127.0.0.1:{port}/metrics"
     pumps = [f"http://{addr}/metrics" for addr in pump_statuses]
     return {
-        "capture_transactions": metric(capture, "bridge_capture_transactions_total"),
-        "write_binlogs_calls": metric(capture, "bridge_pump_client_batch_size_count"),
-        "tso_calls": metric(capture, "bridge_pump_client_tso_calls_total"),
-        "pump_write_calls": metric(pumps, "bridge_pump_write_calls_total"),
-        "pump_fsyncs": metric(pumps, "bridge_pump_storage_fsyncs_total"),
+        "capture_transactions": scraped("bridge_capture_transactions_total", capture),
+        "write_binlogs_calls": scraped("bridge_pump_client_batch_size_count", capture),
+        "tso_calls": scraped("bridge_pump_client_tso_calls_total", capture),
+        "pump_write_calls": scraped("bridge_pump_write_calls_total", *pumps),
+        "pump_fsyncs": scraped("bridge_pump_storage_fsyncs_total", *pumps),
     }
 
 

@@ -18,14 +18,18 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 __all__ = [
+    "LOCAL_HOSTS",
     "Budget",
     "Counters",
     "CpuMeter",
+    "broker_pid",
     "children",
     "cpu_seconds",
     "listener_pid",
+    "local_listener_pid",
     "process_role",
     "scrape",
+    "scraped",
     "thread_cpu_seconds",
 ]
 
@@ -171,6 +175,29 @@ def scrape(url: str, names: Iterable[str]) -> dict[str, float]:
 
 
 Counter = Callable[[], float | None]
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+def local_listener_pid(host: str, port: int) -> int | None:
+    """The pid listening on ``port`` when ``host`` is this machine; None for a server elsewhere."""
+    return listener_pid(port) if host in LOCAL_HOSTS else None
+
+
+def broker_pid(bootstrap_servers: str) -> int | None:
+    """The first bootstrap broker's pid, when it runs on this machine."""
+    host, _, port = bootstrap_servers.split(",")[0].rpartition(":")
+    return local_listener_pid(host, int(port))
+
+
+def scraped(name: str, *urls: str) -> Counter:
+    """A :data:`Counter` of the sample ``name`` summed over the Prometheus endpoints ``urls``; None
+    when none of them has it (unreadable, reported as unknown)."""
+
+    def read() -> float | None:
+        found = [v for url in urls if (v := scrape(url, [name]).get(name)) is not None]
+        return sum(found) if found else None
+
+    return read
 
 
 class Counters:

@@ -50,7 +50,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from bench.cpu import Counters, CpuMeter, listener_pid
+from bench.cpu import Counters, CpuMeter, broker_pid
 from bench.drainer import row_values, table_schema
 from bench.kafka_ceiling import Encoded, HandEncoder, Headers, check_same_bytes, produce_all
 from bench.result import best_of, machine
@@ -143,8 +143,7 @@ def measure_sink(
     sink = new_sink(args, f"bench-kafka-{uuid.uuid4().hex[:8]}", data_dir)
     registry = CollectorRegistry()
     sink.open(SinkContext(cluster_id=1, data_dir=data_dir, metrics_registry=registry))
-    host, _, port = args.bootstrap_servers.split(",")[0].rpartition(":")
-    broker = listener_pid(int(port)) if host in ("127.0.0.1", "localhost", "::1") else None
+    broker = broker_pid(args.bootstrap_servers)
     meter = CpuMeter({"sink": [os.getpid()], "broker": [broker] if broker else []})
     counters = Counters({"produce_requests": lambda: registry.get_sample_value(PRODUCE_REQUESTS)})
     try:

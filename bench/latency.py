@@ -70,7 +70,7 @@ from prometheus_client import REGISTRY
 
 from bench import latency_sweep
 from bench.calls import server_status
-from bench.cpu import Budget, listener_pid, scrape
+from bench.cpu import Budget, broker_pid, local_listener_pid, scraped
 from bench.drainer import (
     DRAINER_READY,
     PUMPS,
@@ -236,37 +236,27 @@ def make_budget(run: Run, watchers: list[Watcher], pump_statuses: list[str], dra
     pumps = [f"http://{addr}/metrics" for addr in pump_statuses]
     drainer = f"http://{drainer_status}/metrics"
 
-    def pump_sum(name: str) -> float:
-        return sum(scrape(url, [name]).get(name, 0.0) for url in pumps)
-
     counters = {
         "write_binlogs_calls": lambda: _local("bridge_pump_client_batch_size_count"),
         "tso_calls": lambda: _local("bridge_pump_client_tso_calls_total"),
-        "pump_write_calls": lambda: pump_sum("bridge_pump_write_calls_total"),
-        "pump_group_commits": lambda: pump_sum("bridge_pump_write_batch_size_count"),
-        "pump_fsyncs": lambda: pump_sum("bridge_pump_storage_fsyncs_total"),
-        "pull_messages": lambda: pump_sum("bridge_pump_pull_messages_total"),
-        "drainer_pulled_messages": lambda: scrape(drainer, ["bridge_drainer_pulled_messages_total"]).get(
-            "bridge_drainer_pulled_messages_total"
-        ),
+        "pump_write_calls": scraped("bridge_pump_write_calls_total", *pumps),
+        "pump_group_commits": scraped("bridge_pump_write_batch_size_count", *pumps),
+        "pump_fsyncs": scraped("bridge_pump_storage_fsyncs_total", *pumps),
+        "pull_messages": scraped("bridge_pump_pull_messages_total", *pumps),
+        "drainer_pulled_messages": scraped("bridge_drainer_pulled_messages_total", drainer),
     }
     if "kafka" in run.sinks:
-        name = "bridge_sink_kafka_produce_requests_total"
-        counters["kafka_produce_requests"] = lambda: scrape(drainer, [name]).get(name)
+        counters["kafka_produce_requests"] = scraped("bridge_sink_kafka_produce_requests_total", drainer)
     if "mysql" in run.sinks:
         counters["mariadb_fsyncs (server-wide)"] = lambda: server_status(
             run.dsn, ("Innodb_data_fsyncs", "Innodb_os_log_fsyncs")
         )
         counters["mariadb_statements (server-wide)"] = lambda: server_status(run.dsn, ("Questions",))
-    servers = {"mariadb": listener_pid(run.dsn.port) if run.dsn.host in LOCAL_HOSTS else None}
+    servers = {"mariadb": local_listener_pid(run.dsn.host, run.dsn.port)}
     if "kafka" in run.sinks:
-        host, _, port = run.args.bootstrap_servers.split(",")[0].rpartition(":")
-        servers["broker"] = listener_pid(int(port)) if host in LOCAL_HOSTS else None
+        servers["broker"] = broker_pid(run.args.bootstrap_servers)
     watcher_threads = [w.native_id for w in watchers if w.native_id is not None]
     return Budget(servers, counters, measuring=lambda: watcher_threads)
-
-
-LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 
 def _local(name: str) -> float | None:

@@ -58,7 +58,7 @@ from pymysql.constants import CLIENT
 
 from bench import mysql_workload as workload
 from bench.calls import drainer_counters
-from bench.cpu import Counters, CpuMeter, cpu_seconds, listener_pid
+from bench.cpu import Counters, CpuMeter, cpu_seconds, listener_pid, local_listener_pid
 from bench.drainer import (
     DRAINER_READY,
     PUMPS,
@@ -221,7 +221,7 @@ def connect(dsn: Dsn, database: str | None = None) -> pymysql.connections.Connec
 
 def server_pid(dsn: Dsn) -> int | None:
     """The MariaDB/MySQL server's pid when it runs on this machine (for its CPU seconds)."""
-    return listener_pid(dsn.port) if dsn.host in ("127.0.0.1", "localhost", "::1") else None
+    return local_listener_pid(dsn.host, dsn.port)
 
 
 async def measure_drainer(

@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import functools
 import os
 import re
 import statistics
@@ -50,7 +49,7 @@ from typing import Any
 
 from prometheus_client import REGISTRY
 
-from bench.cpu import Counters, CpuMeter, listener_pid, scrape
+from bench.cpu import Counters, CpuMeter, listener_pid, scraped
 from bench.pump_ceiling import drive_batched
 from bench.result import best_of, machine
 from bench.tso import meta_process
@@ -298,12 +297,8 @@ def call_counters(pump_status: str) -> dict[str, Callable[[], float | None]]:
             ("pump_group_commits", "bridge_pump_write_batch_size_count"),
             ("pump_fsyncs", "bridge_pump_storage_fsyncs_total"),
         ):
-            counters[name] = functools.partial(_scraped, url, metric)
+            counters[name] = scraped(metric, url)
     return counters
-
-
-def _scraped(url: str, name: str) -> float | None:
-    return scrape(url, [name]).get(name)
 
 
 def batch_calls() -> tuple[float, float]:
