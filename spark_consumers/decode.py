@@ -79,6 +79,8 @@ Compact = tuple[
 DDL_SUFFIX = "._ddl"
 SCHEMAS_SUFFIX = "._schemas"
 HEADER_KIND = "bridge.kind"
+HEADER_RESOLVED = "bridge.resolved-ts"  # a watermark's resolved-ts
+HEADER_COMMIT_TS = "bridge.commit-ts"  # a row's or DDL event's commit_ts
 ROW_OPS = frozenset({"c", "u", "d", "r"})
 DDL_POSITION = -1  # a DDL event sorts before the row changes of its commit_ts
 

@@ -24,10 +24,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from confluent_kafka import TopicPartition as Partition
 
 from bridge.errors import UserError
-from spark_consumers.decode import DDL_SUFFIX, HEADER_KIND, SCHEMAS_SUFFIX
-
-HEADER_RESOLVED = "bridge.resolved-ts"
-HEADER_COMMIT_TS = "bridge.commit-ts"
+from spark_consumers.decode import DDL_SUFFIX, HEADER_COMMIT_TS, HEADER_KIND, HEADER_RESOLVED, SCHEMAS_SUFFIX
 
 log = logging.getLogger(__name__)
 
