@@ -63,13 +63,36 @@ def _schema() -> tantivy.Schema:
     return builder.build()
 
 
+def _writer(work: Path) -> Any:
+    """The loop's tantivy writer: a fresh index in ``work``, one indexing thread, 128 MiB heap."""
+    return tantivy.Index(_schema(), path=str(work)).writer(heap_size=128 * 1024 * 1024, num_threads=1)
+
+
+def _envelope(value: bytes, schemas: dict[bytes, Any]) -> Any:
+    """A single-object-encoded message value decoded with its writer schema."""
+    header = SINGLE_OBJECT_HEADER
+    return fastavro.schemaless_reader(io.BytesIO(value[header:]), schemas[value[2:header]], None)
+
+
+def _after(envelope: Any) -> dict[str, Any]:
+    """The after image as tantivy's JSON field takes it (nulls left out)."""
+    return {k: _plain(v) for k, v in (envelope["after"] or {}).items() if v is not None}
+
+
+def _document(envelope: Any, after: dict[str, Any]) -> tuple[str, tantivy.Document]:
+    """The change's document id and document."""
+    doc_id = f"bench/orders/{after['id']}"
+    document = tantivy.Document(_id=doc_id, _ts=envelope["source"]["commit_ts"], row=after,
+                                text=str(after.get("sku", "")))  # fmt: skip
+    return doc_id, document
+
+
 def measure(bootstrap: str, topic: str, partitions: int, rows: int, batch: int, work: Path) -> float:
     """Rows/s of the hand-written loop over the first ``rows`` messages of ``topic``."""
     began = time.perf_counter()
     work.mkdir(parents=True, exist_ok=True)
     schemas = _schemas(bootstrap, topic.split(".", 1)[0] + "._schemas")
-    index = tantivy.Index(_schema(), path=str(work))
-    writer = index.writer(heap_size=128 * 1024 * 1024, num_threads=1)
+    writer = _writer(work)
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"ceiling-{os.getpid()}",
                          "enable.auto.commit": False, "fetch.wait.max.ms": 20})  # fmt: skip
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
@@ -79,13 +102,10 @@ def measure(bootstrap: str, topic: str, partitions: int, rows: int, batch: int, 
             value = message.value()
             if message.error() or not value:
                 continue
-            envelope: Any = fastavro.schemaless_reader(io.BytesIO(value[SINGLE_OBJECT_HEADER:]),
-                                                  schemas[value[2:SINGLE_OBJECT_HEADER]], None)  # fmt: skip
-            after = {k: _plain(v) for k, v in (envelope["after"] or {}).items() if v is not None}
-            doc_id = f"bench/orders/{after['id']}"
+            envelope = _envelope(value, schemas)
+            doc_id, document = _document(envelope, _after(envelope))
             writer.delete_documents_by_term("_id", doc_id)
-            writer.add_document(tantivy.Document(_id=doc_id, _ts=envelope["source"]["commit_ts"], row=after,
-                                                 text=str(after.get("sku", ""))))  # fmt: skip
+            writer.add_document(document)
             seen += 1
             pending += 1
             if pending >= batch:
@@ -101,7 +121,7 @@ def stage_costs(bootstrap: str, topic: str, partitions: int, sample: int, work: 
     """CPU µs per change of each step of :func:`measure`'s loop, each timed alone over the first
     ``sample`` messages of ``topic`` (read before timing; untimed, not part of the ceiling's rate):
     ``decode`` (fastavro's schemaless reader), ``convert`` (the row as tantivy's JSON field takes
-    it), ``document`` (the ``tantivy.Document``), ``delete`` and ``add`` (the writer's calls),
+    it), ``document`` (its id and the ``tantivy.Document``), ``delete`` and ``add`` (the writer's calls),
     ``commit`` (one commit of them all, its threads included: process CPU). Where a hand-written
     loop spends its time on this machine, against which a job's CPU per change compares."""
     work.mkdir(parents=True, exist_ok=True)
@@ -126,22 +146,12 @@ def stage_costs(bootstrap: str, topic: str, partitions: int, sample: int, work: 
         costs[name] = round((time.process_time() - began) / count * 1e6, 2)
         return result
 
-    header = SINGLE_OBJECT_HEADER
-    envelopes: list[Any] = timed("decode", lambda: [
-        fastavro.schemaless_reader(io.BytesIO(v[header:]), schemas[v[2:header]], None) for v in values
-    ])  # fmt: skip
-    rows: list[dict[str, Any]] = timed("convert", lambda: [
-        {k: _plain(v) for k, v in (e["after"] or {}).items() if v is not None} for e in envelopes
-    ])  # fmt: skip
-    ids = [f"bench/orders/{row['id']}" for row in rows]
-    documents = timed("document", lambda: [
-        tantivy.Document(_id=i, _ts=e["source"]["commit_ts"], row=r, text=str(r.get("sku", "")))
-        for i, e, r in zip(ids, envelopes, rows, strict=True)
-    ])  # fmt: skip
-    index = tantivy.Index(_schema(), path=str(work))
-    writer = index.writer(heap_size=128 * 1024 * 1024, num_threads=1)
-    timed("delete", lambda: [writer.delete_documents_by_term("_id", i) for i in ids])
-    timed("add", lambda: [writer.add_document(d) for d in documents])
+    envelopes = timed("decode", lambda: [_envelope(v, schemas) for v in values])
+    rows = timed("convert", lambda: [_after(e) for e in envelopes])
+    documents = timed("document", lambda: [_document(e, r) for e, r in zip(envelopes, rows, strict=True)])
+    writer = _writer(work)
+    timed("delete", lambda: [writer.delete_documents_by_term("_id", i) for i, _ in documents])
+    timed("add", lambda: [writer.add_document(d) for _, d in documents])
 
     def commit() -> None:
         writer.commit()
